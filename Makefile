@@ -1,0 +1,46 @@
+# hetrl developer entry points. `make demo` and `make test` each set up what they need first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.hetrl-setup
+APT_PACKAGES := openssh-server iproute2
+
+.PHONY: setup demo test test-fast lint bench clean
+
+setup: $(STAMP)
+
+# torch is pinned and installed first: left to itself pip would pull a multi-GB CUDA build (PLATFORM.md).
+$(STAMP): pyproject.toml Makefile
+	@if [ "$$(id -u)" = 0 ] && ! [ -x /usr/sbin/sshd ]; then \
+		echo "installing $(APT_PACKAGES) (needed by the SSH end-to-end tests)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	fi
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[cpu,dev]'
+	@# torchvision/torchaudio/torchcodec from PyPI break transformers next to torch 2.13.0+cpu.
+	$(PIP) uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $(STAMP)
+
+demo: setup
+	@mkdir -p profiles plans
+	$(VENV)/bin/hetrl profile examples/localhost.txt -o profiles/localhost.json
+	$(VENV)/bin/hetrl plan profiles/localhost.json --workload examples/tiny-grpo.yaml --budget 10s -o plans/localhost.json
+	$(VENV)/bin/hetrl show plans/localhost.json
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+bench: setup
+	$(PY) bench/cli_startup.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build src/*.egg-info

@@ -1,0 +1,3 @@
+from hetrl_cli.cli import main
+
+main()

@@ -1,0 +1,178 @@
+"""Plan: which tasks share devices, which devices each task gets, how each is parallelised, and the
+cost model's prediction for it. The single artifact `show`, `simulate` and `run` consume.
+
+Glossary: a *group* is a set of tasks that share one device set and run one after another (colocated);
+a *replica* is one data-parallel copy of a task's model; a *stage* is one pipeline stage of a replica,
+run by a tensor-parallel group of devices.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from hetrl_cli.artifacts.base import Artifact, Strict
+from hetrl_cli.artifacts.workload import TaskName, Workload
+
+
+class Replica(Strict):
+    """One DP replica of a task: `stages[p]` is the TP group (device ids) of pipeline stage p."""
+
+    stages: list[list[str]]
+    batch_share: float = Field(gt=0, le=1)
+    """Fraction of the task's sequences this replica processes (load-balanced, sums to 1 over replicas)."""
+    layer_split: list[int]
+    """Transformer layers per stage (uneven when stage devices differ in speed)."""
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> Replica:
+        if not self.stages or any(not s for s in self.stages):
+            raise ValueError("a replica needs at least one stage with at least one device")
+        if len(self.layer_split) != len(self.stages):
+            raise ValueError("layer_split needs one entry per stage")
+        if any(n < 1 for n in self.layer_split):
+            raise ValueError("every stage needs at least one layer")
+        return self
+
+    @property
+    def devices(self) -> list[str]:
+        return [d for stage in self.stages for d in stage]
+
+
+class TaskCost(Strict):
+    """Predicted seconds of one task per iteration, by term (they add up to `total_s`)."""
+
+    compute_s: float = 0.0
+    memory_s: float = 0.0
+    """Memory-traffic time beyond compute (dominant in decode)."""
+    comm_s: float = 0.0
+    """TP/PP/DP communication on the links the task uses."""
+    bubble_s: float = 0.0
+    """Pipeline bubble."""
+    other_s: float = 0.0
+    """Fixed overheads (launch, per-step latency)."""
+    total_s: float = 0.0
+
+
+class TaskPlan(Strict):
+    """How one task runs."""
+
+    task: TaskName
+    group: str
+    """Name of the group this task belongs to."""
+    tp: int = Field(ge=1)
+    pp: int = Field(ge=1)
+    dp: int = Field(ge=1)
+    replicas: list[Replica]
+    predicted: TaskCost = Field(default_factory=TaskCost)
+    memory_bytes: dict[str, int] = Field(default_factory=dict)
+    """Predicted peak memory per device id while this task runs."""
+    offload: bool = False
+    """Whether this task's state is offloaded to host memory while other group tasks run."""
+
+    @model_validator(mode="after")
+    def _check_degrees(self) -> TaskPlan:
+        if len(self.replicas) != self.dp:
+            raise ValueError(f"{self.task}: dp={self.dp} but {len(self.replicas)} replicas are listed")
+        for r in self.replicas:
+            if len(r.stages) != self.pp or any(len(s) != self.tp for s in r.stages):
+                raise ValueError(
+                    f"{self.task}: every replica must have pp={self.pp} stages of tp={self.tp} devices"
+                )
+        total = sum(r.batch_share for r in self.replicas)
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"{self.task}: batch shares sum to {total:.6f}, expected 1")
+        return self
+
+    @property
+    def devices(self) -> list[str]:
+        return [d for r in self.replicas for d in r.devices]
+
+
+class TaskGroup(Strict):
+    name: str
+    tasks: list[TaskName]
+    devices: list[str]
+
+
+class TimelineEntry(Strict):
+    """When a task (or a transfer) runs inside one iteration, for the Gantt chart."""
+
+    name: str
+    """Task name, or `weight_sync` / `transfer:A->B`."""
+    group: str
+    start_s: float
+    end_s: float
+
+
+class PlanCost(Strict):
+    """Predicted iteration: total, throughput and where the time goes."""
+
+    iteration_s: float = Field(gt=0)
+    samples_per_s: float
+    tokens_per_s: float
+    """Generated (response) tokens per second."""
+    weight_sync_s: float = 0.0
+    transfer_s: float = 0.0
+    """Rollout/experience data moved between groups."""
+    breakdown: dict[str, float] = Field(default_factory=dict)
+    """Seconds on the critical path by term: compute, memory, comm, bubble, weight_sync, transfer, other."""
+    timeline: list[TimelineEntry] = Field(default_factory=list)
+    bottleneck: str = ""
+    """One sentence: what bounds the iteration."""
+
+
+class SolverStats(Strict):
+    solver: str
+    """ilp, hybrid, verl, streamrl, manual."""
+    status: str
+    """optimal, feasible (time limit with an incumbent), heuristic."""
+    objective: float | None = None
+    bound: float | None = None
+    gap: float | None = None
+    """(objective - bound) / objective; 0 when proven optimal; None for heuristics."""
+    seconds: float = 0.0
+    evaluations: int = 0
+    """Cost-model evaluations (hybrid) or candidates scored (ilp)."""
+    seed: int | None = None
+    note: str = ""
+
+
+class Plan(Artifact):
+    KIND: ClassVar[str] = "plan"
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    kind: Literal["plan"] = "plan"
+    name: str
+    created_at: str
+    profile_name: str
+    profile_fingerprint: str
+    workload: Workload
+    groups: list[TaskGroup]
+    tasks: list[TaskPlan]
+    cost: PlanCost
+    solver: SolverStats
+    memory_per_device: dict[str, int] = Field(default_factory=dict)
+    """Predicted peak memory per device over the whole iteration."""
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> Plan:
+        group_names = {g.name for g in self.groups}
+        planned = [t.task for t in self.tasks]
+        if sorted(planned) != sorted(set(planned)):
+            raise ValueError("a task is planned twice")
+        for task in self.tasks:
+            if task.group not in group_names:
+                raise ValueError(f"task {task.task} names unknown group {task.group!r}")
+            group = next(g for g in self.groups if g.name == task.group)
+            stray = set(task.devices) - set(group.devices)
+            if stray:
+                raise ValueError(f"task {task.task} uses devices outside its group: {sorted(stray)}")
+        return self
+
+    def task(self, name: str) -> TaskPlan:
+        for task in self.tasks:
+            if task.task == name:
+                return task
+        raise KeyError(name)

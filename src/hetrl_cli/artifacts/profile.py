@@ -1,0 +1,161 @@
+"""ClusterProfile: the devices and links of a cluster, measured over SSH or built from a catalog.
+
+Units are in the field names: bytes, B/s (bytes per second), seconds, TFLOP/s, GB/s (1e9 bytes/s).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from hetrl_cli.artifacts.base import Artifact, Strict
+
+LinkSource = Literal["measured", "assumed", "catalog", "override", "inferred"]
+LinkKind = Literal["nvlink", "pcie", "loopback", "lan", "wan"]
+
+
+class Device(Strict):
+    """One accelerator (or a host's CPU when it has none)."""
+
+    id: str
+    """`host/index`, unique in the profile."""
+    host: str
+    """Name of the host this device sits in (matches Host.name)."""
+    index: int
+    """Device index on its host (CUDA ordinal; 0 for a CPU device)."""
+    kind: Literal["cuda", "cpu"]
+    name: str
+    """Model name as reported (e.g. 'NVIDIA A100-SXM4-80GB') or the CPU model."""
+    memory_bytes: int = Field(gt=0)
+    """Device memory (host RAM share for a CPU device)."""
+    peak_tflops: dict[str, float] = Field(default_factory=dict)
+    """Datasheet dense peak by dtype ('bf16', 'fp16', 'fp32'); empty when unknown."""
+    measured_tflops: dict[str, float] = Field(default_factory=dict)
+    """Microbenchmark result by dtype; empty for catalog profiles."""
+    memory_gbps: float = Field(gt=0)
+    """Memory bandwidth in GB/s: measured when available, else the datasheet value."""
+    peak_memory_gbps: float | None = None
+    """Datasheet memory bandwidth in GB/s, when known."""
+    compute_capability: str | None = None
+    cores: float | None = None
+    """CPU cores usable by this host's processes (fractional under a cgroup quota); None for GPUs."""
+
+    def tflops(self, dtype: str) -> float:
+        """Achievable TFLOP/s for `dtype`: measured if we have it, else peak, else fp32 figures."""
+        for table in (self.measured_tflops, self.peak_tflops):
+            if dtype in table:
+                return table[dtype]
+        for table in (self.measured_tflops, self.peak_tflops):
+            if "fp32" in table:
+                return table["fp32"]
+        raise KeyError(f"device {self.id} has no FLOP/s figure")
+
+
+class IntraLink(Strict):
+    """Bandwidth between two devices of the same host."""
+
+    kind: LinkKind
+    bandwidth_Bps: float = Field(gt=0)
+    latency_s: float = Field(ge=0)
+    source: LinkSource
+
+
+class Host(Strict):
+    """One machine: where it is, how it was reached and what software it has."""
+
+    name: str
+    """Label from hosts.txt (`host` or `host:port`), unique in the profile."""
+    address: str
+    port: int = 22
+    user: str | None = None
+    region: str = "default"
+    hostname: str | None = None
+    """The host's own idea of its name (as reported by the probe)."""
+    python: str = "python3"
+    software: dict[str, str | None] = Field(default_factory=dict)
+    """Versions: python, hetrl, torch, cuda, nccl, vllm, accelerate, transformers (None = absent)."""
+    free_disk_bytes: int | None = None
+    cpu_count: float | None = None
+    memory_bytes: int | None = None
+    status: Literal["ok", "missing"] = "ok"
+    """`missing`: the host could not be profiled (only in --allow-partial profiles)."""
+    error: str | None = None
+    """Why a missing host is missing."""
+    intra_link: IntraLink | None = None
+    """Link between devices inside this host (NVLink/PCIe); None for a single-device host."""
+
+
+class Link(Strict):
+    """A host-to-host link (symmetric)."""
+
+    a: str
+    b: str
+    bandwidth_Bps: float = Field(gt=0)
+    latency_s: float = Field(ge=0)
+    kind: LinkKind = "lan"
+    source: LinkSource = "measured"
+
+
+class ClusterProfile(Artifact):
+    """What a cluster is made of; the planner's only view of the hardware."""
+
+    KIND: ClassVar[str] = "cluster-profile"
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    kind: Literal["cluster-profile"] = "cluster-profile"
+    name: str
+    created_at: str
+    """ISO 8601 UTC time the profile was made."""
+    method: Literal["ssh-probe", "catalog"]
+    """How the facts were obtained."""
+    notes: list[str] = Field(default_factory=list)
+    """How and what was measured (durations, sampling), for the reader."""
+    hosts: list[Host]
+    devices: list[Device]
+    links: list[Link]
+    fingerprint: str = ""
+    """Hash of the hardware facts (not timings, not timestamps); plans record it to detect staleness."""
+
+    @model_validator(mode="after")
+    def _check_references(self) -> ClusterProfile:
+        host_names = [h.name for h in self.hosts]
+        if len(set(host_names)) != len(host_names):
+            raise ValueError("host names must be unique")
+        known = set(host_names)
+        ids = [d.id for d in self.devices]
+        if len(set(ids)) != len(ids):
+            raise ValueError("device ids must be unique")
+        for device in self.devices:
+            if device.host not in known:
+                raise ValueError(f"device {device.id} names unknown host {device.host!r}")
+        for link in self.links:
+            if link.a not in known or link.b not in known:
+                raise ValueError(f"link {link.a}<->{link.b} names an unknown host")
+        return self
+
+    def compute_fingerprint(self) -> str:
+        """sha256 over hosts, devices and link endpoints: same hardware, same fingerprint."""
+        facts = {
+            "hosts": sorted((h.name, h.region, h.status) for h in self.hosts),
+            "devices": sorted((d.id, d.kind, d.name, d.memory_bytes) for d in self.devices),
+            "links": sorted(tuple(sorted((lk.a, lk.b))) for lk in self.links),
+        }
+        digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+        return f"sha256:{digest[:16]}"
+
+    def with_fingerprint(self) -> ClusterProfile:
+        """A copy whose fingerprint field is filled in."""
+        return self.model_copy(update={"fingerprint": self.compute_fingerprint()})
+
+    def host(self, name: str) -> Host:
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(name)
+
+    def link_map(self) -> dict[frozenset[str], Link]:
+        """Host-pair links keyed by the unordered pair."""
+        return {frozenset((lk.a, lk.b)): lk for lk in self.links}

@@ -1,0 +1,151 @@
+"""Workload: what RL job to plan and run (algorithm, models per role, batch and sequence sizes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from hetrl_cli.artifacts.base import Artifact, Strict
+from hetrl_cli.errors import BadInput
+
+Algorithm = Literal["ppo", "grpo"]
+Mode = Literal["sync", "async"]
+Role = Literal["actor", "critic", "reference", "reward"]
+TaskName = Literal["generation", "reference", "reward", "critic_inference", "actor_train", "critic_train"]
+
+ALL_TASKS: tuple[TaskName, ...] = (
+    "generation",
+    "reference",
+    "reward",
+    "critic_inference",
+    "actor_train",
+    "critic_train",
+)
+TASK_ROLE: dict[TaskName, Role] = {
+    "generation": "actor",
+    "reference": "reference",
+    "reward": "reward",
+    "critic_inference": "critic",
+    "actor_train": "actor",
+    "critic_train": "critic",
+}
+
+
+class ModelSpec(Strict):
+    """A model for one role: a built-in architecture name or an HF config.json, plus where weights live."""
+
+    arch: str = "tiny"
+    """Built-in architecture name (`qwen3-8b`, `llama-3.1-8b`, `tiny`, ...) or `hf` to read `config_path`."""
+    config_path: str | None = None
+    """Path to an HF config.json (when arch is `hf`)."""
+    path: str | None = None
+    """Directory with the weights on every host (for `run`); None = random init (tiny model, tests)."""
+
+
+class LengthDistribution(Strict):
+    """Response lengths as fractions of max_response_tokens, for load balancing and decode time."""
+
+    mean_fraction: float = Field(default=0.5, gt=0, le=1)
+    """Mean response length / max_response_tokens."""
+    p99_fraction: float = Field(default=1.0, gt=0, le=1)
+    """The long tail that bounds a decode batch."""
+
+
+class DatasetSpec(Strict):
+    kind: Literal["toy", "gsm8k-jsonl"] = "toy"
+    """`toy`: built-in task the tiny model learns on CPU; `gsm8k-jsonl`: lines with `prompt` and `answer`."""
+    path: str | None = None
+
+
+class Workload(Artifact):
+    """The RL job. Defaults give the built-in workload used when no file is passed."""
+
+    KIND: ClassVar[str] = "workload"
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    kind: Literal["workload"] = "workload"
+    name: str = "default"
+    algorithm: Algorithm = "grpo"
+    mode: Mode = "sync"
+    actor: ModelSpec = Field(default_factory=lambda: ModelSpec(arch="qwen3-8b"))
+    critic: ModelSpec | None = None
+    """Required for PPO; ignored (and must be absent) for GRPO."""
+    reference: ModelSpec | None = None
+    """None = same architecture as the actor (the usual frozen copy)."""
+    reward: ModelSpec | None = None
+    """None = a rule-based reward (no model, no devices)."""
+    prompts_per_step: int = Field(default=128, gt=0)
+    responses_per_prompt: int = Field(default=8, gt=0)
+    max_prompt_tokens: int = Field(default=1024, gt=0)
+    max_response_tokens: int = Field(default=1024, gt=0)
+    response_length: LengthDistribution = Field(default_factory=LengthDistribution)
+    micro_batch: int = Field(default=8, gt=0)
+    """Sequences per forward/backward micro-batch in training and inference tasks."""
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    sharding: Literal["none", "zero1", "zero2", "zero3"] = "none"
+    """Optimizer/gradient/parameter sharding across DP replicas (zero3 = FSDP full shard)."""
+    recompute: bool = False
+    """Activation recomputation in training (less memory, ~1/3 more compute)."""
+    ppo_epochs: int = Field(default=1, gt=0)
+    dataset: DatasetSpec = Field(default_factory=DatasetSpec)
+    reward_rule: Literal["numeric-answer", "toy"] = "numeric-answer"
+    """Rule-based reward used when `reward` is None."""
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check_roles(self) -> Workload:
+        if self.algorithm == "ppo" and self.critic is None:
+            raise ValueError("PPO needs a critic model: add 'critic: {arch: ...}'")
+        if self.algorithm == "grpo" and self.critic is not None:
+            raise ValueError("GRPO uses no critic: remove 'critic' or use algorithm 'ppo'")
+        if self.responses_per_prompt < 2 and self.algorithm == "grpo":
+            raise ValueError("GRPO normalises over a group: responses_per_prompt must be at least 2")
+        return self
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.prompts_per_step * self.responses_per_prompt
+
+    @property
+    def tasks(self) -> tuple[TaskName, ...]:
+        """The tasks this workload runs, in dependency order."""
+        skip: set[str] = set()
+        if self.algorithm == "grpo":
+            skip |= {"critic_inference", "critic_train"}
+        return tuple(t for t in ALL_TASKS if t not in skip)
+
+    def model_for(self, role: Role) -> ModelSpec | None:
+        """The model of a role, resolving the reference default to the actor's architecture."""
+        if role == "reference":
+            return self.reference or self.actor
+        return {"actor": self.actor, "critic": self.critic, "reward": self.reward}[role]
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Load a workload from YAML or JSON (`kind`/`schema_version` may be omitted in hand-written YAML)."""
+    import yaml
+
+    from hetrl_cli.artifacts.io import format_validation_error, read_text
+
+    where = "<stdin>" if str(path) == "-" else str(path)
+    try:
+        data = yaml.safe_load(read_text(path))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1})" if mark else ""
+        raise BadInput(f"{where}: not valid YAML{at}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{where}: expected a mapping of workload fields")
+    data.setdefault("kind", Workload.KIND)
+    data.setdefault("schema_version", Workload.SCHEMA_VERSION)
+    if data["kind"] != Workload.KIND:
+        raise BadInput(f"{where}: is a '{data['kind']}' artifact, expected 'workload'")
+    if not isinstance(data["schema_version"], int) or data["schema_version"] > Workload.SCHEMA_VERSION:
+        raise BadInput(f"{where}: unsupported schema_version {data['schema_version']!r}")
+    try:
+        return Workload.model_validate(data)
+    except ValidationError as exc:
+        raise BadInput(format_validation_error(where, exc)) from None

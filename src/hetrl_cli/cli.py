@@ -1,0 +1,287 @@
+"""The `hetrl` command: parse arguments, call one stage function, print. No logic lives here.
+
+Heavy libraries (torch, pyomo, fabric) are imported inside the stage functions, so `hetrl --help` is instant.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from hetrl_cli import __version__
+from hetrl_cli.errors import BadInput, HetrlError
+
+app = typer.Typer(
+    name="hetrl",
+    help=(
+        "Plan and run RL post-training (PPO, GRPO) on heterogeneous GPUs and networks.\n\n"
+        "Pipeline: hosts.txt → [bold]profile[/] → profiles/X.json → [bold]plan[/] → plans/Y.json → "
+        "[bold]show[/] / [bold]run[/]. Use '-' for stdin/stdout.\n\n"
+        "Examples:\n\n"
+        "  hetrl profile hosts.txt -o profiles/lab.json\n\n"
+        "  hetrl profile --catalog profiles/paper-single-region.yaml -o -\n\n"
+        "  hetrl plan profiles/lab.json --solver hybrid --budget 60s -o plans/lab.json\n\n"
+        "  hetrl plan profiles/lab.json -o - | hetrl show -"
+    ),
+    rich_markup_mode="rich",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"hetrl {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        Optional[bool],  # noqa: UP045 - typer needs Optional here
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+@app.command()
+def profile(
+    hosts_file: Annotated[Optional[Path], typer.Argument(help="hosts.txt ('-' = stdin).")] = None,  # noqa: UP045
+    output: Annotated[
+        Optional[str], typer.Option("-o", "--output", help="Where to write the profile ('-' = stdout).")  # noqa: UP045
+    ] = None,
+    catalog: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--catalog", help="Build the profile from a cluster.yaml and the GPU datasheet catalog."
+        ),
+    ] = None,
+    links_file: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--links", help="YAML of link facts that override or add to measured ones."),
+    ] = None,
+    name: Annotated[
+        Optional[str], typer.Option("--name", help="Profile name (default: from the file).")
+    ] = None,  # noqa: UP045
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds allowed per host operation.")] = 60.0,
+    accept_new_host_keys: Annotated[
+        bool, typer.Option("--accept-new-host-keys", help="Add unknown host keys to known_hosts (reported).")
+    ] = False,
+    known_hosts: Annotated[
+        Optional[Path], typer.Option("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts).")  # noqa: UP045
+    ] = None,
+    allow_partial: Annotated[
+        bool, typer.Option("--allow-partial", help="Write what was measured; mark unreachable hosts missing.")
+    ] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the profile on stdout, nothing else.")
+    ] = False,
+) -> None:
+    """Measure devices and links of the hosts in HOSTS_FILE (over SSH), or build a profile from --catalog."""
+    from hetrl_cli.artifacts.io import save_artifact
+    from hetrl_cli.render.profile import print_profile_summary
+
+    if catalog is not None:
+        if hosts_file is not None:
+            raise BadInput("give either a hosts file or --catalog, not both")
+        from hetrl_cli.profiling.catalog import profile_from_cluster_file
+
+        result = profile_from_cluster_file(catalog, name=name)
+        default_name = catalog.stem
+    else:
+        if hosts_file is None:
+            raise BadInput("missing hosts file: hetrl profile hosts.txt (or --catalog cluster.yaml)")
+        from hetrl_cli.profiling.remote import ProfileOptions, profile_hosts
+
+        options = ProfileOptions(
+            timeout_s=timeout_s,
+            accept_new_host_keys=accept_new_host_keys,
+            known_hosts=known_hosts,
+            allow_partial=allow_partial,
+            links_file=links_file,
+            name=name,
+        )
+        result = profile_hosts(hosts_file, options)
+        default_name = result.name
+    if json_out:
+        save_artifact(result, "-")
+        return
+    target = output or f"profiles/{default_name}.json"
+    save_artifact(result, target)
+    if target != "-":
+        print_profile_summary(result, _stderr_console())
+        _stderr_console().print(f"wrote {target}")
+
+
+def parse_duration(text: str) -> float:
+    """'60s', '2m', '500ms', '1h' or a bare number of seconds -> seconds."""
+    units = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+    raw = text.strip().lower()
+    for suffix in sorted(units, key=len, reverse=True):
+        if raw.endswith(suffix):
+            number, factor = raw[: -len(suffix)], units[suffix]
+            break
+    else:
+        number, factor = raw, 1.0
+    try:
+        value = float(number) * factor
+    except ValueError:
+        raise BadInput(f"bad duration {text!r}: write e.g. 60s, 2m, 500ms") from None
+    if value <= 0:
+        raise BadInput(f"bad duration {text!r}: must be positive")
+    return value
+
+
+def newest_profile(folder: Path = Path("profiles")) -> Path:
+    """The most recently modified profile JSON in `folder`, for `hetrl plan` with no profile argument."""
+    candidates = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    if not candidates:
+        raise BadInput(f"no profile given and none in {folder}/: run 'hetrl profile hosts.txt' first")
+    return candidates[0]
+
+
+@app.command()
+def plan(
+    profile_file: Annotated[
+        Optional[str], typer.Argument(help="ClusterProfile JSON ('-' = stdin; default: newest in profiles/).")  # noqa: UP045
+    ] = None,
+    workload_file: Annotated[
+        Optional[Path],
+        typer.Option("--workload", "-w", help="workload.yaml (default: the built-in workload)."),  # noqa: UP045
+    ] = None,
+    solver: Annotated[str, typer.Option("--solver", help="ilp | hybrid | auto | verl | streamrl.")] = "auto",
+    budget: Annotated[str, typer.Option("--budget", help="Wall-clock budget, e.g. 60s, 2m.")] = "60s",
+    max_evals: Annotated[
+        Optional[int],
+        typer.Option("--max-evals", help="Hybrid: stop after this many cost-model evaluations."),  # noqa: UP045
+    ] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed for the hybrid search (same seed, same plan).")
+    ] = 0,
+    output: Annotated[
+        Optional[str], typer.Option("-o", "--output", help="Where to write the plan ('-' = stdout).")  # noqa: UP045
+    ] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Plan name (default: profile name).")] = None,  # noqa: UP045
+) -> None:
+    """Choose task grouping, devices and TP/PP/DP per task that minimise predicted iteration time."""
+    from hetrl_cli.artifacts.io import load_artifact, save_artifact
+    from hetrl_cli.artifacts.profile import ClusterProfile
+    from hetrl_cli.artifacts.workload import Workload, load_workload
+    from hetrl_cli.planner.api import SOLVERS, make_plan
+
+    if solver not in SOLVERS:
+        raise BadInput(f"unknown solver {solver!r}; choose one of: {', '.join(SOLVERS)}")
+    budget_s = parse_duration(budget)
+    console = _stderr_console()
+    if profile_file is None:
+        profile_file = str(newest_profile())
+        console.print(f"using the newest profile: {profile_file}")
+    cluster = load_artifact(profile_file, ClusterProfile)
+    workload = load_workload(workload_file) if workload_file else Workload()
+    result = make_plan(
+        cluster, workload, solver=solver, budget_s=budget_s, max_evals=max_evals, seed=seed, name=name
+    )
+    target = output or f"plans/{result.name}.json"
+    save_artifact(result, target)
+    if target != "-":
+        console.print(
+            f"wrote {target}: {result.cost.iteration_s:.3g} s/iteration, "
+            f"{result.cost.samples_per_s:.3g} samples/s ({result.solver.solver}, {result.solver.status})"
+        )
+
+
+@app.command()
+def show(
+    plan_file: Annotated[str, typer.Argument(help="Plan JSON ('-' = stdin).")],
+    compare: Annotated[
+        Optional[str], typer.Option("--compare", help="Another plan to show side by side, with ratios.")  # noqa: UP045
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table | json | markdown.")] = "table",
+    profile_file: Annotated[
+        Optional[str], typer.Option("--profile", help="Flag the plan as stale if made for another profile.")  # noqa: UP045
+    ] = None,
+    svg: Annotated[Optional[Path], typer.Option("--svg", help="Also write the timeline as SVG.")] = None,  # noqa: UP045
+) -> None:
+    """Make a plan readable: summary, groups, tasks, per-host map, timeline, memory, bottleneck."""
+    from hetrl_cli.artifacts.io import load_artifact
+    from hetrl_cli.artifacts.plan import Plan
+    from hetrl_cli.artifacts.profile import ClusterProfile
+    from hetrl_cli.render.plan import FORMATS, show_plan
+
+    if fmt not in FORMATS:
+        raise BadInput(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    main_plan = load_artifact(plan_file, Plan)
+    other = load_artifact(compare, Plan) if compare else None
+    cluster = load_artifact(profile_file, ClusterProfile) if profile_file else None
+    show_plan(main_plan, fmt=fmt, compare=other, profile=cluster, svg=svg)
+
+
+@app.command()
+def simulate(
+    plan_file: Annotated[str, typer.Argument(help="Plan JSON ('-' = stdin).")],
+    profile_file: Annotated[
+        Optional[str], typer.Option("--profile", help="Re-score on this profile (what-if: slower link).")  # noqa: UP045
+    ] = None,
+    workload_file: Annotated[
+        Optional[Path], typer.Option("--workload", "-w", help="Re-score with this workload.")  # noqa: UP045
+    ] = None,
+    output: Annotated[str, typer.Option("-o", "--output", help="Where to write the re-scored plan.")] = "-",
+) -> None:
+    """Re-score a plan with the cost model, optionally on another profile or workload."""
+    from hetrl_cli.artifacts.io import load_artifact, save_artifact
+    from hetrl_cli.artifacts.plan import Plan
+    from hetrl_cli.artifacts.profile import ClusterProfile
+    from hetrl_cli.artifacts.workload import load_workload
+    from hetrl_cli.costmodel.simulate import rescore
+
+    base = load_artifact(plan_file, Plan)
+    cluster = load_artifact(profile_file, ClusterProfile) if profile_file else None
+    workload = load_workload(workload_file) if workload_file else None
+    save_artifact(rescore(base, profile=cluster, workload=workload), output)
+
+
+@app.command()
+def run(
+    plan_file: Annotated[str, typer.Argument(help="Plan JSON to execute.")],
+) -> None:
+    """Execute a plan on its hosts with SSH-launched accelerate workers (not implemented yet)."""
+    raise HetrlError("'hetrl run' is not implemented yet (tracked in issue 4); plan and show work today")
+
+
+def main() -> None:
+    """Entry point: run the app, turning HetrlError into one line on stderr and its exit code."""
+    try:
+        app(standalone_mode=False)
+    except HetrlError as exc:
+        if _state["debug"]:
+            raise
+        print(f"hetrl: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("hetrl: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("hetrl: aborted", file=sys.stderr)
+        sys.exit(1)
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+        raise
