@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -43,7 +43,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        Optional[bool],  # noqa: UP045 - typer needs Optional here
+        bool | None,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
@@ -59,36 +59,30 @@ def _stderr_console():
 
 @app.command()
 def profile(
-    hosts_file: Annotated[Optional[Path], typer.Argument(help="hosts.txt ('-' = stdin).")] = None,  # noqa: UP045
+    hosts_file: Annotated[Path | None, typer.Argument(help="hosts.txt ('-' = stdin).")] = None,
     output: Annotated[
-        Optional[str], typer.Option("-o", "--output", help="Where to write the profile ('-' = stdout).")  # noqa: UP045
+        str | None, typer.Option("-o", "--output", help="Where to write the profile ('-' = stdout).")
     ] = None,
     catalog: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--catalog", help="Build the profile from a cluster.yaml and the GPU datasheet catalog."
-        ),
+        Path | None,
+        typer.Option("--catalog", help="Build the profile from a cluster.yaml and the GPU datasheet catalog."),
     ] = None,
     links_file: Annotated[
-        Optional[Path],  # noqa: UP045
+        Path | None,
         typer.Option("--links", help="YAML of link facts that override or add to measured ones."),
     ] = None,
-    name: Annotated[
-        Optional[str], typer.Option("--name", help="Profile name (default: from the file).")
-    ] = None,  # noqa: UP045
+    name: Annotated[str | None, typer.Option("--name", help="Profile name (default: from the file).")] = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds allowed per host operation.")] = 60.0,
     accept_new_host_keys: Annotated[
         bool, typer.Option("--accept-new-host-keys", help="Add unknown host keys to known_hosts (reported).")
     ] = False,
     known_hosts: Annotated[
-        Optional[Path], typer.Option("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts).")  # noqa: UP045
+        Path | None, typer.Option("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts).")
     ] = None,
     allow_partial: Annotated[
         bool, typer.Option("--allow-partial", help="Write what was measured; mark unreachable hosts missing.")
     ] = False,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print the profile on stdout, nothing else.")
-    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the profile on stdout, nothing else.")] = False,
 ) -> None:
     """Measure devices and links of the hosts in HOSTS_FILE (over SSH), or build a profile from --catalog."""
     from hetrl_cli.artifacts.io import save_artifact
@@ -156,25 +150,23 @@ def newest_profile(folder: Path = Path("profiles")) -> Path:
 @app.command()
 def plan(
     profile_file: Annotated[
-        Optional[str], typer.Argument(help="ClusterProfile JSON ('-' = stdin; default: newest in profiles/).")  # noqa: UP045
+        str | None, typer.Argument(help="ClusterProfile JSON ('-' = stdin; default: newest in profiles/).")
     ] = None,
     workload_file: Annotated[
-        Optional[Path],
-        typer.Option("--workload", "-w", help="workload.yaml (default: the built-in workload)."),  # noqa: UP045
+        Path | None,
+        typer.Option("--workload", "-w", help="workload.yaml (default: the built-in workload)."),
     ] = None,
     solver: Annotated[str, typer.Option("--solver", help="ilp | hybrid | auto | verl | streamrl.")] = "auto",
     budget: Annotated[str, typer.Option("--budget", help="Wall-clock budget, e.g. 60s, 2m.")] = "60s",
     max_evals: Annotated[
-        Optional[int],
-        typer.Option("--max-evals", help="Hybrid: stop after this many cost-model evaluations."),  # noqa: UP045
+        int | None,
+        typer.Option("--max-evals", help="Hybrid: stop after this many cost-model evaluations."),
     ] = None,
-    seed: Annotated[
-        int, typer.Option("--seed", help="Seed for the hybrid search (same seed, same plan).")
-    ] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for the hybrid search (same seed, same plan).")] = 0,
     output: Annotated[
-        Optional[str], typer.Option("-o", "--output", help="Where to write the plan ('-' = stdout).")  # noqa: UP045
+        str | None, typer.Option("-o", "--output", help="Where to write the plan ('-' = stdout).")
     ] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Plan name (default: profile name).")] = None,  # noqa: UP045
+    name: Annotated[str | None, typer.Option("--name", help="Plan name (default: profile name).")] = None,
 ) -> None:
     """Choose task grouping, devices and TP/PP/DP per task that minimise predicted iteration time."""
     from hetrl_cli.artifacts.io import load_artifact, save_artifact
@@ -191,9 +183,7 @@ def plan(
         console.print(f"using the newest profile: {profile_file}")
     cluster = load_artifact(profile_file, ClusterProfile)
     workload = load_workload(workload_file) if workload_file else Workload()
-    result = make_plan(
-        cluster, workload, solver=solver, budget_s=budget_s, max_evals=max_evals, seed=seed, name=name
-    )
+    result = make_plan(cluster, workload, solver=solver, budget_s=budget_s, max_evals=max_evals, seed=seed, name=name)
     target = output or f"plans/{result.name}.json"
     save_artifact(result, target)
     if target != "-":
@@ -207,13 +197,13 @@ def plan(
 def show(
     plan_file: Annotated[str, typer.Argument(help="Plan JSON ('-' = stdin).")],
     compare: Annotated[
-        Optional[str], typer.Option("--compare", help="Another plan to show side by side, with ratios.")  # noqa: UP045
+        str | None, typer.Option("--compare", help="Another plan to show side by side, with ratios.")
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="table | json | markdown.")] = "table",
     profile_file: Annotated[
-        Optional[str], typer.Option("--profile", help="Flag the plan as stale if made for another profile.")  # noqa: UP045
+        str | None, typer.Option("--profile", help="Flag the plan as stale if made for another profile.")
     ] = None,
-    svg: Annotated[Optional[Path], typer.Option("--svg", help="Also write the timeline as SVG.")] = None,  # noqa: UP045
+    svg: Annotated[Path | None, typer.Option("--svg", help="Also write the timeline as SVG.")] = None,
 ) -> None:
     """Make a plan readable: summary, groups, tasks, per-host map, timeline, memory, bottleneck."""
     from hetrl_cli.artifacts.io import load_artifact
@@ -233,11 +223,9 @@ def show(
 def simulate(
     plan_file: Annotated[str, typer.Argument(help="Plan JSON ('-' = stdin).")],
     profile_file: Annotated[
-        Optional[str], typer.Option("--profile", help="Re-score on this profile (what-if: slower link).")  # noqa: UP045
+        str | None, typer.Option("--profile", help="Re-score on this profile (what-if: slower link).")
     ] = None,
-    workload_file: Annotated[
-        Optional[Path], typer.Option("--workload", "-w", help="Re-score with this workload.")  # noqa: UP045
-    ] = None,
+    workload_file: Annotated[Path | None, typer.Option("--workload", "-w", help="Re-score with this workload.")] = None,
     output: Annotated[str, typer.Option("-o", "--output", help="Where to write the re-scored plan.")] = "-",
 ) -> None:
     """Re-score a plan with the cost model, optionally on another profile or workload."""

@@ -19,9 +19,7 @@ from pydantic import Field
 from hetrl_cli.artifacts.base import Strict
 from hetrl_cli.errors import BadInput
 
-_HOSTNAME = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*$"
-)
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*$")
 _USER = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,31}$")
 _REGION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Paths: no spaces, quotes, `$`, `;`, backticks, globs or redirections; `~` only as a leading home marker.
@@ -154,9 +152,7 @@ def parse_host_line(line: str, where: str) -> HostEntry | None:
     gpus = fields.get("gpus")
     slots = fields.get("slots")
     if isinstance(gpus, list) and isinstance(slots, int) and slots != len(gpus):
-        raise BadInput(
-            f"{where}: slots={slots} but gpus= lists {len(gpus)} devices; give one or make them agree"
-        )
+        raise BadInput(f"{where}: slots={slots} but gpus= lists {len(gpus)} devices; give one or make them agree")
     return HostEntry(
         host=host,
         user=user,
@@ -182,9 +178,7 @@ def parse_hosts_text(text: str, filename: str) -> list[HostEntry]:
         seen[key] = where
         entries.append(entry)
     if not entries:
-        raise BadInput(
-            f"{filename}: no hosts listed; write one host a line, e.g. 'localhost' or 'user@gpu-1 slots=8'"
-        )
+        raise BadInput(f"{filename}: no hosts listed; write one host a line, e.g. 'localhost' or 'user@gpu-1 slots=8'")
     return entries
 
 

@@ -70,9 +70,7 @@ def parse_artifact(text: str, cls: type[A], where: str) -> A:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BadInput(
-            f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from None
+        raise BadInput(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     if not isinstance(data, dict):
         raise BadInput(f"{where}: expected a JSON object with 'kind' and 'schema_version'")
     kind = data.get("kind")

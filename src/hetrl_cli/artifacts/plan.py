@@ -77,9 +77,7 @@ class TaskPlan(Strict):
             raise ValueError(f"{self.task}: dp={self.dp} but {len(self.replicas)} replicas are listed")
         for r in self.replicas:
             if len(r.stages) != self.pp or any(len(s) != self.tp for s in r.stages):
-                raise ValueError(
-                    f"{self.task}: every replica must have pp={self.pp} stages of tp={self.tp} devices"
-                )
+                raise ValueError(f"{self.task}: every replica must have pp={self.pp} stages of tp={self.tp} devices")
         total = sum(r.batch_share for r in self.replicas)
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"{self.task}: batch shares sum to {total:.6f}, expected 1")
