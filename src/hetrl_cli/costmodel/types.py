@@ -1,0 +1,88 @@
+"""The shapes the cost model scores and returns; the planner builds `TaskPlacement`s and reads estimates.
+
+A placement says which devices run a task and how (replicas × stages × TP group); the cost model fills in
+load-balanced batch shares and layer splits when they are left as None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hetrl_cli.artifacts.plan import TaskCost, TimelineEntry
+from hetrl_cli.artifacts.workload import TaskName
+
+# Sync iteration = these phases in order; inside a phase, tasks of one group add up (they share devices)
+# and different groups run side by side (max). The ILP encodes exactly this composition.
+PHASES: tuple[tuple[TaskName, ...], ...] = (
+    ("generation",),
+    ("reference", "reward", "critic_inference"),
+    ("actor_train", "critic_train"),
+)
+
+
+@dataclass(frozen=True)
+class TaskPlacement:
+    """Devices and parallel layout of one task. `replicas[r][p]` = device ids of stage p's TP group."""
+
+    task: TaskName
+    replicas: tuple[tuple[tuple[str, ...], ...], ...]
+    batch_shares: tuple[float, ...] | None = None
+    """None: the cost model balances shares by replica speed."""
+    layer_splits: tuple[tuple[int, ...], ...] | None = None
+    """None: the cost model splits layers by stage speed."""
+    offload: bool = False
+
+    @property
+    def dp(self) -> int:
+        return len(self.replicas)
+
+    @property
+    def pp(self) -> int:
+        return len(self.replicas[0])
+
+    @property
+    def tp(self) -> int:
+        return len(self.replicas[0][0])
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(d for replica in self.replicas for stage in replica for d in stage)
+
+
+@dataclass(frozen=True)
+class GroupPlacement:
+    """Tasks that share one device set (run one after another on it)."""
+
+    name: str
+    tasks: tuple[TaskName, ...]
+    devices: tuple[str, ...]
+
+
+@dataclass
+class TaskEstimate:
+    placement: TaskPlacement
+    """With batch shares and layer splits filled in."""
+    cost: TaskCost
+    memory_bytes: dict[str, int]
+    """Peak bytes per device while the task runs (including what stays resident for other group tasks)."""
+    violation: str | None = None
+    """Why it does not fit (memory, layers < stages, ...); None when it fits."""
+
+
+@dataclass
+class PlanEstimate:
+    tasks: dict[str, TaskEstimate]
+    iteration_s: float
+    samples_per_s: float
+    tokens_per_s: float
+    weight_sync_s: float
+    transfer_s: float
+    breakdown: dict[str, float]
+    timeline: list[TimelineEntry]
+    bottleneck: str
+    memory_per_device: dict[str, int]
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def feasible(self) -> bool:
+        return not self.violations
