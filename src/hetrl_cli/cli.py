@@ -32,6 +32,8 @@ app = typer.Typer(
 )
 
 _state = {"debug": False}
+# Kept here (not imported from the planner) so `hetrl plan --solver X` is checked before pyomo loads.
+SOLVER_NAMES = ("auto", "ilp", "hybrid", "verl", "streamrl")
 
 
 def _version(value: bool) -> None:
@@ -86,7 +88,6 @@ def profile(
 ) -> None:
     """Measure devices and links of the hosts in HOSTS_FILE (over SSH), or build a profile from --catalog."""
     from hetrl_cli.artifacts.io import save_artifact
-    from hetrl_cli.render.profile import print_profile_summary
 
     if catalog is not None:
         if hosts_file is not None:
@@ -116,6 +117,8 @@ def profile(
     target = output or f"profiles/{default_name}.json"
     save_artifact(result, target)
     if target != "-":
+        from hetrl_cli.render.profile import print_profile_summary
+
         print_profile_summary(result, _stderr_console())
         _stderr_console().print(f"wrote {target}")
 
@@ -172,10 +175,9 @@ def plan(
     from hetrl_cli.artifacts.io import load_artifact, save_artifact
     from hetrl_cli.artifacts.profile import ClusterProfile
     from hetrl_cli.artifacts.workload import Workload, load_workload
-    from hetrl_cli.planner.api import SOLVERS, make_plan
 
-    if solver not in SOLVERS:
-        raise BadInput(f"unknown solver {solver!r}; choose one of: {', '.join(SOLVERS)}")
+    if solver not in SOLVER_NAMES:
+        raise BadInput(f"unknown solver {solver!r}; choose one of: {', '.join(SOLVER_NAMES)}")
     budget_s = parse_duration(budget)
     console = _stderr_console()
     if profile_file is None:
@@ -183,6 +185,8 @@ def plan(
         console.print(f"using the newest profile: {profile_file}")
     cluster = load_artifact(profile_file, ClusterProfile)
     workload = load_workload(workload_file) if workload_file else Workload()
+    from hetrl_cli.planner.api import make_plan
+
     result = make_plan(cluster, workload, solver=solver, budget_s=budget_s, max_evals=max_evals, seed=seed, name=name)
     target = output or f"plans/{result.name}.json"
     save_artifact(result, target)
@@ -209,13 +213,14 @@ def show(
     from hetrl_cli.artifacts.io import load_artifact
     from hetrl_cli.artifacts.plan import Plan
     from hetrl_cli.artifacts.profile import ClusterProfile
+
+    main_plan = load_artifact(plan_file, Plan)
+    other = load_artifact(compare, Plan) if compare else None
+    cluster = load_artifact(profile_file, ClusterProfile) if profile_file else None
     from hetrl_cli.render.plan import FORMATS, show_plan
 
     if fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
-    main_plan = load_artifact(plan_file, Plan)
-    other = load_artifact(compare, Plan) if compare else None
-    cluster = load_artifact(profile_file, ClusterProfile) if profile_file else None
     show_plan(main_plan, fmt=fmt, compare=other, profile=cluster, svg=svg)
 
 
@@ -266,10 +271,10 @@ def main() -> None:
     except typer.Abort:
         print("hetrl: aborted", file=sys.stderr)
         sys.exit(1)
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
-        raise
+    except typer.TyperException as exc:  # usage errors from the (vendored) click parser
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            print(f"hetrl: error: {exc}", file=sys.stderr)
+        sys.exit(getattr(exc, "exit_code", 2))
