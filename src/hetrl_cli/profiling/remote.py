@@ -1,0 +1,754 @@
+"""`hetrl profile hosts.txt`: probe every host over SSH (in parallel), measure host↔host links (one pair at a
+time), and assemble a ClusterProfile.
+
+Phases: 1) parse hosts.txt and the links file (bad input fails before any connection); 2) connect and run
+the probe on all hosts in parallel, each step under the timeout; 3) measure links pair by pair with
+`netbench` (a spanning sample beyond 8 hosts); 4) apply link overrides; 5) build the profile, or raise
+RemoteError naming every host that failed.
+
+Nothing from hosts.txt reaches a shell unquoted: remote commands are built from argument lists with
+shlex.quote, and a local host runs its probe as an argument list without a shell.
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import hashlib
+import json
+import logging
+import os
+import secrets
+import select
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from hetrl_cli.artifacts.hosts import HostEntry, load_hosts
+from hetrl_cli.artifacts.profile import ClusterProfile, Device, Host, IntraLink, Link, LinkKind
+from hetrl_cli.errors import RemoteError
+from hetrl_cli.profiling.links import LinkOverride, apply_overrides, fully_given, load_link_overrides
+from hetrl_cli.profiling.probe import QUICK_ENV
+
+FULL_MEASURE_PAIRS_UP_TO = 8
+"""Up to this many hosts every pair is measured; beyond it a sample (see `choose_pairs`)."""
+LINK_PHASE_BUDGET_S = 120.0
+"""Wall-clock cap on the whole link phase; pairs not reached in time are inferred (noted in the profile)."""
+NETBENCH_FULL = {"pings": 20, "max_bytes": 64 << 20, "max_seconds": 1.0}
+NETBENCH_QUICK = {"pings": 10, "max_bytes": 8 << 20, "max_seconds": 0.2}
+
+
+@dataclass
+class ProfileOptions:
+    """What `hetrl profile` passes in from its flags."""
+
+    timeout_s: float = 60.0
+    """Limit for each remote operation (connect, probe, one link measurement)."""
+    accept_new_host_keys: bool = False
+    """Add keys of hosts missing from known_hosts (each is reported); a changed key is always an error."""
+    known_hosts: Path | None = None
+    """known_hosts file; None = ~/.ssh/known_hosts."""
+    allow_partial: bool = False
+    """Write a profile without the hosts that failed (marked `missing`) instead of failing."""
+    links_file: Path | None = None
+    """YAML of link facts that override or add to the measured ones."""
+    name: str | None = None
+    """Profile name; None = the hosts file's stem."""
+    quick: bool | None = None
+    """Tiny microbenchmarks (tests); None = from the HETRL_PROBE_QUICK environment variable."""
+
+
+# ---- running commands on a host --------------------------------------------------------------------------
+
+
+@dataclass
+class Completed:
+    rc: int
+    stdout: str
+    stderr: str
+
+
+class Started(Protocol):
+    """A long-running command (the netbench server) whose first stdout line the launcher waits for."""
+
+    def readline(self, timeout_s: float) -> str: ...
+    def stderr_text(self) -> str: ...
+    def close(self) -> None: ...
+
+
+class Executor(Protocol):
+    def run(self, argv: list[str], timeout_s: float) -> Completed: ...
+    def start(self, argv: list[str], timeout_s: float) -> Started: ...
+    def close(self) -> None: ...
+
+
+class CommandTimeout(Exception):
+    """A command on a host ran past its timeout."""
+
+
+def remote_command(argv: list[str]) -> str:
+    """A shell command line from an argument list, every part quoted; a leading `~/` in the interpreter
+    path becomes "$HOME"/ (quoting would stop the shell from expanding it)."""
+    head, *rest = argv
+    quoted_head = '"$HOME"/' + shlex.quote(head[2:]) if head.startswith("~/") else shlex.quote(head)
+    return " ".join([quoted_head, *(shlex.quote(a) for a in rest)])
+
+
+class LocalExecutor:
+    """Runs commands on this machine as argument lists, without a shell."""
+
+    def run(self, argv: list[str], timeout_s: float) -> Completed:
+        argv = [os.path.expanduser(argv[0]), *argv[1:]]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise CommandTimeout from None
+        except FileNotFoundError:
+            return Completed(127, "", f"{argv[0]}: not found")
+        return Completed(done.returncode, done.stdout, done.stderr)
+
+    def start(self, argv: list[str], timeout_s: float) -> Started:
+        argv = [os.path.expanduser(argv[0]), *argv[1:]]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return _LocalStarted(proc)
+
+    def close(self) -> None:
+        pass
+
+
+class _LocalStarted:
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+
+    def readline(self, timeout_s: float) -> str:
+        assert self.proc.stdout is not None
+        data = b""
+        deadline = time.monotonic() + timeout_s
+        while not data.endswith(b"\n"):
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise CommandTimeout
+            part = os.read(self.proc.stdout.fileno(), 4096)
+            if not part:
+                break
+            data += part
+        return data.decode(errors="replace")
+
+    def stderr_text(self) -> str:
+        if self.proc.poll() is None or self.proc.stderr is None:
+            return ""  # still running: reading its stderr would block
+        return self.proc.stderr.read().decode(errors="replace")
+
+    def close(self) -> None:
+        # Closing stdin makes the server exit (--exit-on-eof); kill it if it does not within a second.
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream:
+                stream.close()
+
+
+class SshExecutor:
+    """Runs commands on a host over one fabric connection (opened, with host-key checks, by `connect`)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def run(self, argv: list[str], timeout_s: float) -> Completed:
+        from invoke.exceptions import CommandTimedOut
+
+        try:
+            result = self.conn.run(remote_command(argv), hide=True, warn=True, timeout=timeout_s, in_stream=False)
+        except CommandTimedOut:
+            raise CommandTimeout from None
+        return Completed(result.exited, result.stdout, result.stderr)
+
+    def start(self, argv: list[str], timeout_s: float) -> Started:
+        channel = self.conn.client.get_transport().open_session(timeout=timeout_s)
+        channel.settimeout(timeout_s)
+        channel.exec_command(remote_command(argv))
+        return _SshStarted(channel)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _SshStarted:
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+
+    def readline(self, timeout_s: float) -> str:
+        self.channel.settimeout(timeout_s)
+        data = b""
+        try:
+            while not data.endswith(b"\n"):
+                part = self.channel.recv(4096)
+                if not part:
+                    break
+                data += part
+        except TimeoutError:
+            raise CommandTimeout from None
+        return data.decode(errors="replace")
+
+    def stderr_text(self) -> str:
+        chunks = []
+        while self.channel.recv_stderr_ready():
+            chunks.append(self.channel.recv_stderr(4096))
+        return b"".join(chunks).decode(errors="replace")
+
+    def close(self) -> None:
+        # The server sees its stdin close and exits (--exit-on-eof); its own lifetime bounds it regardless.
+        self.channel.close()
+
+
+# ---- SSH connection and host keys -------------------------------------------------------------------------
+
+
+def key_fingerprint(key: Any) -> str:
+    """OpenSSH-style `SHA256:...` fingerprint of a paramiko key."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class KnownHosts:
+    """The known_hosts file and the keys added to it during this run (reported, never silent)."""
+
+    def __init__(self, path: Path, accept_new: bool) -> None:
+        self.path = path
+        self.accept_new = accept_new
+        self.added: list[str] = []
+        self._lock = threading.Lock()
+
+    def policy(self) -> Any:
+        import paramiko
+
+        known = self
+
+        class Reject(paramiko.MissingHostKeyPolicy):
+            def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+                raise UnknownHostKey(hostname, key)
+
+        class AddAndRecord(paramiko.MissingHostKeyPolicy):
+            def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+                client.get_host_keys().add(hostname, key.get_name(), key)
+                known.append(hostname, key)
+
+        return AddAndRecord() if self.accept_new else Reject()
+
+    def append(self, hostname: str, key: Any) -> None:
+        """Append one `host keytype base64` line (ssh's own format), creating the file (and ~/.ssh) if needed."""
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with self._lock:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            old = self.path.read_bytes() if self.path.exists() else b""
+            needs_newline = bool(old) and not old.endswith(b"\n")
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(("\n" if needs_newline else "") + line)
+            self.added.append(f"added host key {hostname} {key.get_name()} {key_fingerprint(key)} to {self.path}")
+
+
+class UnknownHostKey(Exception):
+    """Raised by the strict policy for a host that is not in known_hosts."""
+
+    def __init__(self, hostname: str, key: Any) -> None:
+        super().__init__(hostname)
+        self.hostname = hostname
+        self.key = key
+
+
+def connect(entry: HostEntry, known: KnownHosts, timeout_s: float) -> SshExecutor:
+    """Open an SSH connection with strict host-key checking (no ssh_config, no stdin forwarding)."""
+    from fabric import Config, Connection
+
+    # paramiko logs transport errors (e.g. "Error reading SSH protocol banner") through logging's
+    # last-resort handler straight to stderr; our message already says it, in one line.
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
+    connect_kwargs: dict[str, Any] = {
+        "timeout": timeout_s,
+        "banner_timeout": timeout_s,
+        "auth_timeout": timeout_s,
+        "channel_timeout": timeout_s,
+    }
+    if entry.identity:
+        key_path = Path(entry.identity).expanduser()
+        if not key_path.is_file():
+            raise HostFailure(f"identity file {entry.identity} not found (identity= in {entry.source})")
+        # Only the named key: a key found elsewhere must not log in as someone unexpected.
+        connect_kwargs.update(key_filename=[str(key_path)], look_for_keys=False, allow_agent=False)
+    else:
+        connect_kwargs.update(look_for_keys=True, allow_agent=True)
+    config = Config(overrides={"load_ssh_configs": False, "run": {"in_stream": False}})
+    conn = Connection(
+        entry.host, user=entry.user or getpass.getuser(), port=entry.port, config=config, connect_kwargs=connect_kwargs
+    )
+    conn.client.set_missing_host_key_policy(known.policy())
+    if known.path.is_file():
+        conn.client.load_host_keys(str(known.path))
+    try:
+        conn.open()
+    except Exception as exc:
+        transport = conn.client.get_transport()
+        banner_seen = bool(getattr(transport, "remote_version", None))
+        conn.close()
+        raise HostFailure(explain_connect_error(exc, entry, known, timeout_s, banner_seen)) from None
+    return SshExecutor(conn)
+
+
+def _known_hosts_name(entry: HostEntry) -> str:
+    return entry.host if entry.port == 22 else f"[{entry.host}]:{entry.port}"
+
+
+def explain_connect_error(
+    exc: BaseException, entry: HostEntry, known: KnownHosts, timeout_s: float, banner_seen: bool = True
+) -> str:
+    """One sentence: what went wrong connecting, and what to do about it."""
+    import paramiko
+
+    where = f"{entry.host}:{entry.port}"
+    user = entry.user or getpass.getuser()
+    kh = _known_hosts_name(entry)
+    if isinstance(exc, UnknownHostKey):
+        return (
+            f"host key {exc.key.get_name()} {key_fingerprint(exc.key)} of {kh} is not in {known.path}: verify it "
+            f"and add it (ssh-keyscan -p {entry.port} {entry.host} >> {known.path}), or rerun with "
+            "--accept-new-host-keys"
+        )
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return (
+            f"HOST KEY MISMATCH for {kh}: the server offered {exc.key.get_name()} {key_fingerprint(exc.key)}, "
+            f"{known.path} has {key_fingerprint(exc.expected_key)} (possible man-in-the-middle; if the host was "
+            f"reinstalled, remove the old key with ssh-keygen -R '{kh}' -f {known.path})"
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        key = f"key {entry.identity}" if entry.identity else "the default keys and agent"
+        return (
+            f"SSH authentication failed for {user}@{where} with {key}: add the public key to that host's "
+            "authorized_keys or set identity= in hosts.txt"
+        )
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        return f"connection refused at {where}: is sshd running there and is the port right?"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve host name {entry.host!r}: check the name or use an IP address"
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return f"timed out after {timeout_s:g}s connecting to {where}: host down or port filtered? (--timeout)"
+    # paramiko may report a banner timeout as "No existing session": no server version seen says what it was.
+    if isinstance(exc, paramiko.SSHException) and ("banner" in str(exc).lower() or not banner_seen):
+        return f"no SSH banner from {where} within {timeout_s:g}s: not an SSH server, or overloaded (--timeout)"
+    return f"SSH connection to {where} failed: {type(exc).__name__}: {exc}"
+
+
+class HostFailure(Exception):
+    """A per-host failure; the message is the reason shown next to the host's name."""
+
+
+# ---- probing ----------------------------------------------------------------------------------------------
+
+
+def host_python(entry: HostEntry) -> str:
+    """The host's interpreter; for the local host the default is the one running hetrl."""
+    if entry.is_local and "python" not in entry.model_fields_set:
+        return sys.executable
+    return entry.python
+
+
+def probe_argv(entry: HostEntry, quick: bool) -> list[str]:
+    argv = [host_python(entry), "-m", "hetrl_cli.profiling.probe"]
+    if entry.gpus is not None:
+        argv += ["--gpus", ",".join(str(i) for i in entry.gpus)]
+    elif entry.slots is not None:
+        argv += ["--slots", str(entry.slots)]
+    return [*argv, "--quick"] if quick else argv
+
+
+def explain_probe_failure(done: Completed, python: str) -> str:
+    """Why the probe produced no usable JSON, from its exit code and output."""
+    err = done.stderr.strip()
+    last = err.splitlines()[-1] if err else ""
+    if done.rc == 127 or (done.rc != 0 and "No such file or directory" in err and python in err):
+        return f"python {python!r} not found: set python= in hosts.txt to an interpreter that has hetrl installed"
+    if "No module named" in err and "hetrl_cli" in err:
+        return f"hetrl is not installed for {python}: pip install hetrl on that host, or set python= in hosts.txt"
+    try:
+        data = json.loads(done.stdout)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and data.get("error"):
+        return f"probe: {data['error']}"
+    if done.rc != 0:
+        return f"probe crashed (exit {done.rc}): {last or 'no error output'}"
+    return f"probe printed no JSON object on stdout (got {done.stdout[:80]!r})"
+
+
+def run_probe(executor: Executor, entry: HostEntry, quick: bool, timeout_s: float) -> dict[str, Any]:
+    python = host_python(entry)
+    try:
+        done = executor.run(probe_argv(entry, quick), timeout_s)
+    except CommandTimeout:
+        raise HostFailure(f"probe did not finish within {timeout_s:g}s (raise --timeout)") from None
+    try:
+        data = json.loads(done.stdout)
+    except ValueError:
+        data = None
+    if done.rc != 0 or not isinstance(data, dict) or "devices" not in data:
+        raise HostFailure(explain_probe_failure(done, python))
+    return data
+
+
+@dataclass
+class HostRun:
+    """One host through the run: its entry, its connection, what the probe said or why it failed."""
+
+    entry: HostEntry
+    executor: Executor | None = None
+    facts: dict[str, Any] | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def profile_one(entry: HostEntry, known: KnownHosts, quick: bool, timeout_s: float, report: Callable) -> HostRun:
+    """Connect (unless local) and probe one host; failures become `error`, never exceptions."""
+    run = HostRun(entry)
+    start = time.perf_counter()
+    try:
+        if entry.is_local:
+            run.executor = LocalExecutor()
+        else:
+            report(entry.name, "connecting")
+            run.executor = connect(entry, known, timeout_s)
+        report(entry.name, "probing")
+        run.facts = run_probe(run.executor, entry, quick, timeout_s)
+        report(entry.name, "done")
+    except HostFailure as exc:
+        run.error = str(exc)
+        report(entry.name, "failed")
+    except Exception as exc:  # anything unexpected still names the host instead of killing the others
+        run.error = f"{type(exc).__name__}: {exc}"
+        report(entry.name, "failed")
+    run.seconds = time.perf_counter() - start
+    return run
+
+
+# ---- links ------------------------------------------------------------------------------------------------
+
+
+def region_class(a: HostEntry, b: HostEntry) -> tuple[str, str]:
+    """Links are grouped by the (unordered) pair of regions their ends are in."""
+    return tuple(sorted((a.region, b.region)))  # type: ignore[return-value]
+
+
+def choose_pairs(entries: list[HostEntry]) -> list[tuple[HostEntry, HostEntry]]:
+    """Pairs to measure: all of them up to 8 hosts; beyond, a spanning sample.
+
+    The sample: inside each region a chain (h0–h1, h1–h2, ...), which spans the region; between every two
+    regions one pair (their first hosts), which spans the cluster. Every region-pair class then has at
+    least one measurement to infer the rest from.
+    """
+    if len(entries) <= FULL_MEASURE_PAIRS_UP_TO:
+        return [(a, b) for i, a in enumerate(entries) for b in entries[i + 1 :]]
+    by_region: dict[str, list[HostEntry]] = {}
+    for entry in entries:
+        by_region.setdefault(entry.region, []).append(entry)
+    pairs = [(m[i], m[i + 1]) for m in by_region.values() for i in range(len(m) - 1)]
+    regions = list(by_region)
+    pairs += [(by_region[r][0], by_region[s][0]) for i, r in enumerate(regions) for s in regions[i + 1 :]]
+    return pairs
+
+
+def _is_loopback(entry: HostEntry) -> bool:
+    if entry.is_local or entry.host == "localhost":
+        return True
+    try:
+        import ipaddress
+
+        return ipaddress.ip_address(entry.host).is_loopback
+    except ValueError:
+        return False
+
+
+def link_kind(a: HostEntry, b: HostEntry) -> LinkKind:
+    if _is_loopback(a) and _is_loopback(b):
+        return "loopback"
+    return "lan" if a.region == b.region else "wan"
+
+
+def netbench_argv(python: str, *args: str) -> list[str]:
+    return [python, "-m", "hetrl_cli.profiling.netbench", *args]
+
+
+def measure_pair(a: HostRun, b: HostRun, quick: bool, timeout_s: float) -> dict[str, Any]:
+    """Server on one host, client on the other. A local host is always the client: the remote end can be
+    reached at its hosts.txt address, but we do not know which address the remote would reach us at."""
+    server, client = (b, a) if a.entry.is_local and not b.entry.is_local else (a, b)
+    address = "127.0.0.1" if server.entry.is_local else server.entry.host
+    assert server.executor is not None and client.executor is not None
+    token = secrets.token_hex(8)
+    bind = "::" if ":" in address else "0.0.0.0"
+    serve = netbench_argv(host_python(server.entry), "serve", "--token", token, "--bind", bind)
+    handle = server.executor.start([*serve, "--lifetime", f"{timeout_s:g}", "--exit-on-eof"], timeout_s)
+    try:
+        line = handle.readline(timeout_s)
+        try:
+            port = int(json.loads(line)["port"])
+        except (ValueError, KeyError, TypeError):
+            raise HostFailure(
+                f"netbench server on {server.entry.name} did not start: {handle.stderr_text().strip() or line!r}"
+            ) from None
+        bench = NETBENCH_QUICK if quick else NETBENCH_FULL
+        client_args = ["client", "--host", address, "--port", str(port), "--token", token]
+        client_args += ["--pings", str(bench["pings"]), "--max-bytes", str(bench["max_bytes"])]
+        client_args += ["--max-seconds", str(bench["max_seconds"]), "--timeout", f"{timeout_s:g}"]
+        done = client.executor.run(netbench_argv(host_python(client.entry), *client_args), timeout_s)
+    except CommandTimeout:
+        raise HostFailure(f"link measurement did not finish within {timeout_s:g}s") from None
+    finally:
+        handle.close()
+    try:
+        result = json.loads(done.stdout)
+    except ValueError:
+        result = {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output"}
+    if done.rc != 0 or "error" in result:
+        raise HostFailure(f"{client.entry.name} could not reach {address}:{port}: {result.get('error')}")
+    return result
+
+
+@dataclass
+class LinkPhase:
+    links: list[Link] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def measure_links(
+    runs: list[HostRun], overrides: list[LinkOverride], quick: bool, timeout_s: float, report: Callable
+) -> LinkPhase:
+    """Measure the chosen pairs one at a time (so they don't contend), then infer the rest by class median."""
+    phase = LinkPhase()
+    by_name = {r.entry.name: r for r in runs}
+    entries = [r.entry for r in runs]
+    pairs = [(a, b) for a, b in choose_pairs(entries) if not fully_given(overrides, a, b)]
+    started = time.monotonic()
+    measured: dict[frozenset[str], Link] = {}
+    for number, (a, b) in enumerate(pairs, start=1):
+        if time.monotonic() - started > LINK_PHASE_BUDGET_S:
+            phase.notes.append(f"link phase hit its {LINK_PHASE_BUDGET_S:g}s budget after {number - 1} pairs")
+            break
+        report("links", f"{a.name} <-> {b.name} ({number}/{len(pairs)})")
+        try:
+            result = measure_pair(by_name[a.name], by_name[b.name], quick, timeout_s)
+        except HostFailure as exc:
+            phase.failures[f"link {a.name} <-> {b.name}"] = str(exc)
+            continue
+        except Exception as exc:  # an SSH channel error mid-measurement still names the pair
+            phase.failures[f"link {a.name} <-> {b.name}"] = f"{type(exc).__name__}: {exc}"
+            continue
+        measured[frozenset((a.name, b.name))] = Link(
+            a=a.name,
+            b=b.name,
+            bandwidth_Bps=result["bandwidth_Bps"],
+            latency_s=result["latency_s"],
+            kind=link_kind(a, b),
+            source="measured",
+        )
+    report("links", f"{len(measured)} of {len(pairs)} measured")
+    phase.links = list(measured.values()) + infer_missing(entries, measured)
+    bench = NETBENCH_QUICK if quick else NETBENCH_FULL
+    if pairs:
+        phase.notes.append(
+            f"links: {len(measured)} of {len(pairs)} pairs measured one at a time in "
+            f"{time.monotonic() - started:.1f}s: latency = median RTT/2 of {bench['pings']} 1-byte ping-pongs, "
+            f"bandwidth = one TCP stream of up to {bench['max_bytes'] >> 20} MiB or {bench['max_seconds']:g}s"
+        )
+    if len(entries) > FULL_MEASURE_PAIRS_UP_TO:
+        phase.notes.append(
+            "links: sampled (more than 8 hosts): a chain inside each region plus one pair per region pair; "
+            "the other pairs are 'inferred' from the median of their region-pair class"
+        )
+    return phase
+
+
+def infer_missing(entries: list[HostEntry], measured: dict[frozenset[str], Link]) -> list[Link]:
+    """Unmeasured pairs get the median bandwidth and latency of measured links in their region-pair class."""
+    region = {e.name: e.region for e in entries}
+    classes: dict[tuple[str, ...], list[Link]] = {}
+    for link in measured.values():
+        classes.setdefault(tuple(sorted((region[link.a], region[link.b]))), []).append(link)
+    inferred = []
+    for i, a in enumerate(entries):
+        for b in entries[i + 1 :]:
+            if frozenset((a.name, b.name)) in measured:
+                continue
+            samples = classes.get(region_class(a, b))
+            if not samples:
+                continue
+            inferred.append(
+                Link(
+                    a=a.name,
+                    b=b.name,
+                    bandwidth_Bps=statistics.median(s.bandwidth_Bps for s in samples),
+                    latency_s=statistics.median(s.latency_s for s in samples),
+                    kind=link_kind(a, b),
+                    source="inferred",
+                )
+            )
+    return inferred
+
+
+# ---- assembling the profile -------------------------------------------------------------------------------
+
+
+def build_host(run: HostRun) -> tuple[Host, list[Device]]:
+    entry, facts = run.entry, run.facts or {}
+    host = Host(
+        name=entry.name,
+        address=entry.host,
+        port=entry.port,
+        user=entry.user,
+        region=entry.region,
+        python=host_python(entry),
+        status="ok" if run.facts else "missing",
+        error=run.error,
+    )
+    if not run.facts:
+        return host, []
+    intra = facts.get("intra_link")
+    host = host.model_copy(
+        update={
+            "hostname": facts.get("hostname"),
+            "software": facts.get("software", {}),
+            "free_disk_bytes": facts.get("free_disk_bytes"),
+            "cpu_count": facts.get("cpu_count"),
+            "memory_bytes": facts.get("memory_bytes"),
+            "intra_link": IntraLink.model_validate(intra) if intra else None,
+        }
+    )
+    devices = [
+        Device.model_validate({**d, "id": f"{entry.name}/{d['index']}", "host": entry.name}) for d in facts["devices"]
+    ]
+    return host, devices
+
+
+class _Progress:
+    """Per-host status lines on stderr while the run works, only on a terminal; silent in pipes."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.enabled = self.console.is_terminal
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=self.console, transient=True
+        )
+        self.tasks: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._names = list(names)
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            self.progress.start()
+            for name in self._names:
+                self.tasks[name] = self.progress.add_task(f"{name}: waiting", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.progress.stop()
+
+    def report(self, name: str, status: str) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            if name not in self.tasks:
+                self.tasks[name] = self.progress.add_task(name, total=None)
+            self.progress.update(self.tasks[name], description=f"{name}: {status}")
+
+
+def _default_name(hosts_file: Path | str) -> str:
+    return "stdin" if str(hosts_file) == "-" else Path(hosts_file).stem
+
+
+def profile_hosts(hosts_file: Path | str, options: ProfileOptions) -> ClusterProfile:
+    """Profile every host of `hosts_file`; RemoteError naming each failed host unless --allow-partial."""
+    # 1) inputs
+    entries = load_hosts(hosts_file)
+    overrides = load_link_overrides(options.links_file, entries) if options.links_file else []
+    quick = options.quick if options.quick is not None else os.environ.get(QUICK_ENV, "") not in ("", "0")
+    known = KnownHosts(options.known_hosts or Path.home() / ".ssh" / "known_hosts", options.accept_new_host_keys)
+    started = time.monotonic()
+    with _Progress(e.name for e in entries) as progress:
+        # 2) probe all hosts in parallel
+        with ThreadPoolExecutor(max_workers=min(32, len(entries))) as pool:
+            runs = list(pool.map(lambda e: profile_one(e, known, quick, options.timeout_s, progress.report), entries))
+        try:
+            for line in known.added:
+                progress.console.print(line, markup=False, highlight=False)
+            ok = [r for r in runs if r.facts is not None]
+            failures = {r.entry.name: r.error or "unknown error" for r in runs if r.facts is None}
+            _check_failures(failures, len(runs), options, any_ok=bool(ok))
+            # 3) links, one pair at a time
+            phase = measure_links(ok, overrides, quick, options.timeout_s, progress.report)
+            _check_link_failures(phase.failures, options)
+        finally:
+            for run in runs:
+                if run.executor is not None:
+                    run.executor.close()
+    for what, reason in {**failures, **phase.failures}.items():
+        progress.console.print(f"warning: {what}: {reason}", markup=False, highlight=False)
+    # 4) overrides, 5) the profile
+    links, override_notes = apply_overrides(phase.links, overrides, [r.entry for r in ok], link_kind)
+    hosts_devices = [build_host(r) for r in runs]
+    notes = [
+        f"probed {len(ok)} of {len(runs)} hosts in parallel in {time.monotonic() - started:.1f}s total"
+        + (" (quick microbenchmarks)" if quick else ""),
+        *phase.notes,
+        *override_notes,
+        *known.added,
+    ]
+    profile = ClusterProfile(
+        name=options.name or _default_name(hosts_file),
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        method="ssh-probe",
+        notes=notes,
+        hosts=[h for h, _ in hosts_devices],
+        devices=[d for _, devs in hosts_devices for d in devs],
+        links=links,
+    )
+    return profile.with_fingerprint()
+
+
+def _check_failures(failures: dict[str, str], total: int, options: ProfileOptions, any_ok: bool) -> None:
+    if not failures:
+        return
+    lines = "\n".join(f"  {name}: {reason}" for name, reason in failures.items())
+    if not any_ok:
+        which = "the host" if total == 1 else f"any of the {total} hosts"
+        raise RemoteError(f"could not profile {which}; no profile written:\n{lines}")
+    if not options.allow_partial:
+        raise RemoteError(
+            f"could not profile {len(failures)} of {total} hosts; no profile written "
+            f"(--allow-partial writes the others and marks these missing):\n{lines}"
+        )
+
+
+def _check_link_failures(failures: dict[str, str], options: ProfileOptions) -> None:
+    if failures and not options.allow_partial:
+        lines = "\n".join(f"  {what}: {reason}" for what, reason in failures.items())
+        raise RemoteError(
+            f"could not measure {len(failures)} link(s); no profile written (give them in --links, or "
+            f"--allow-partial infers them from similar links):\n{lines}"
+        )
