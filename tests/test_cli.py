@@ -11,23 +11,17 @@ import pytest
 from hetrl_cli.cli import parse_duration
 from hetrl_cli.errors import BadInput
 
-HETRL = str(Path(sys.executable).with_name("hetrl"))
 
-
-def run_cli(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([HETRL, *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=120)
-
-
-def test_version_prints_package_version() -> None:
+def test_version_prints_package_version(hetrl) -> None:
     from hetrl_cli import __version__
 
-    result = run_cli("--version")
+    result = hetrl("--version")
     assert result.returncode == 0
     assert result.stdout.strip() == f"hetrl {__version__}"
 
 
-def test_help_lists_every_stage_and_examples() -> None:
-    result = run_cli("--help")
+def test_help_lists_every_stage_and_examples(hetrl) -> None:
+    result = hetrl("--help")
     assert result.returncode == 0
     for command in ("profile", "plan", "show", "run", "simulate"):
         assert command in result.stdout
@@ -56,38 +50,38 @@ def test_parse_duration_rejects_garbage(text: str) -> None:
         parse_duration(text)
 
 
-def test_missing_file_is_one_line_exit_2(tmp_path: Path) -> None:
-    result = run_cli("show", str(tmp_path / "nope.json"))
+def test_missing_file_is_one_line_exit_2(hetrl, tmp_path: Path) -> None:
+    result = hetrl("show", str(tmp_path / "nope.json"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"hetrl: error: {tmp_path / 'nope.json'}: no such file"
     assert "Traceback" not in result.stderr
 
 
-def test_unknown_solver_is_exit_2(tmp_path: Path) -> None:
-    result = run_cli("plan", "x.json", "--solver", "magic", cwd=tmp_path)
+def test_unknown_solver_is_exit_2(hetrl, tmp_path: Path) -> None:
+    result = hetrl("plan", "x.json", "--solver", "magic", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.startswith("hetrl: error: unknown solver 'magic'")
 
 
-def test_plan_without_profiles_says_what_to_do(tmp_path: Path) -> None:
-    result = run_cli("plan", cwd=tmp_path)
+def test_plan_without_profiles_says_what_to_do(hetrl, tmp_path: Path) -> None:
+    result = hetrl("plan", cwd=tmp_path)
     assert result.returncode == 2
     assert "run 'hetrl profile hosts.txt' first" in result.stderr
 
 
-def test_profile_needs_hosts_or_catalog(tmp_path: Path) -> None:
-    result = run_cli("profile", cwd=tmp_path)
+def test_profile_needs_hosts_or_catalog(hetrl, tmp_path: Path) -> None:
+    result = hetrl("profile", cwd=tmp_path)
     assert result.returncode == 2
     assert "missing hosts file" in result.stderr
 
 
-def test_usage_error_is_exit_2() -> None:
-    result = run_cli("plan", "--no-such-flag")
+def test_usage_error_is_exit_2(hetrl) -> None:
+    result = hetrl("plan", "--no-such-flag")
     assert result.returncode == 2
     assert "No such option" in result.stderr
 
 
-def test_debug_flag_shows_traceback(tmp_path: Path) -> None:
-    result = run_cli("--debug", "show", str(tmp_path / "nope.json"))
+def test_debug_flag_shows_traceback(hetrl, tmp_path: Path) -> None:
+    result = hetrl("--debug", "show", str(tmp_path / "nope.json"))
     assert result.returncode != 0
     assert "Traceback" in result.stderr

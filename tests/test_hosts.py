@@ -86,7 +86,7 @@ BAD = [
     ("h python=`id`", f"python='`id`': {PATH_HINT}"),
     ("h python=a;b", f"python='a;b': {PATH_HINT}"),
     ("h python='/opt/x'", f"python=\"'/opt/x'\": {PATH_HINT}"),
-    ("h python=/opt/my python", "expected key=value, got 'python'"),  # a space ends the value
+    ("h python=/opt/my python", "expected key=value, got 'python' (values cannot contain spaces)"),
     ("h identity=~/../x", f"identity='~/../x': {PATH_HINT}"),
     ("h identity=$HOME/k", f"identity='$HOME/k': {PATH_HINT}"),
     ("h region=a$b", "region='a$b': use letters, digits, '.', '_' or '-'"),
@@ -102,8 +102,8 @@ BAD = [
     ("[::1]:99999", "bad port '99999': expected a number from 1 to 65535"),
     # keys
     ("h colour=red", "unknown key 'colour'; known keys: slots, region, gpus, python, identity"),
-    ("h slots", "expected key=value, got 'slots'"),
-    ("h python=", "expected key=value, got 'python='"),
+    ("h slots", "expected key=value, got 'slots' (values cannot contain spaces)"),
+    ("h python=", "expected key=value, got 'python=' (values cannot contain spaces)"),
     ("h slots=1 slots=2", "key 'slots' given twice"),
     ("h slots=0", "slots='0': expected a positive integer"),
     ("h slots=two", "slots='two': expected a positive integer"),

@@ -273,9 +273,21 @@ def test_probe_prints_one_json_object_and_rejects_gpus_on_a_cpu_host() -> None:
         [sys.executable, "-m", "hetrl_cli.profiling.probe", "--gpus", "0,1"], capture_output=True, text=True, env=env
     )
     assert bad.returncode == 3
-    assert json.loads(bad.stdout)["error"] == (
-        "gpus=0,1 but the host has no CUDA GPUs (profiled as one CPU device); remove it"
-    )
+    assert json.loads(bad.stdout)["error"] == ("gpus=0,1 but the host has no CUDA GPUs; use slots=N to split its CPU")
+
+
+@slow
+def test_cpu_host_with_slots_is_split_into_equal_devices() -> None:
+    env = {**os.environ, "HETRL_PROBE_QUICK": "1"}
+    argv = [sys.executable, "-m", "hetrl_cli.profiling.probe", "--slots", "2"]
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    facts = json.loads(out.stdout)
+    devices = facts["devices"]
+    assert [d["index"] for d in devices] == [0, 1]
+    assert devices[0]["cores"] == devices[1]["cores"] == pytest.approx(facts["cpu_count"] / 2)
+    assert devices[0]["memory_bytes"] == facts["memory_bytes"] // 2
+    assert facts["intra_link"]["kind"] == "loopback" and facts["intra_link"]["source"] == "assumed"
 
 
 # ---- netbench -------------------------------------------------------------------------------------------

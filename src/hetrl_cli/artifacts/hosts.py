@@ -145,7 +145,7 @@ def parse_host_line(line: str, where: str) -> HostEntry | None:
     for option in options:
         key, sep, value = option.partition("=")
         if not sep or not value:
-            raise BadInput(f"{where}: expected key=value, got {option!r}")
+            raise BadInput(f"{where}: expected key=value, got {option!r} (values cannot contain spaces)")
         if key in fields:
             raise BadInput(f"{where}: key {key!r} given twice")
         fields.update([_parse_option(key, value, where)])

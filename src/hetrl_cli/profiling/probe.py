@@ -224,6 +224,31 @@ def cpu_device(torch: Any | None, budget: Budget, cores: float) -> dict[str, Any
     }
 
 
+# Processes on one host exchange tensors through shared memory: a copy at half the measured memory bandwidth
+# (read + write) and a latency of the order of a loopback socket round trip (assumed, not measured).
+CPU_SLOT_LINK_LATENCY_S = 20e-6
+
+
+def cpu_slots(torch: Any | None, budget: Budget, cores: float, slots: int) -> tuple[list[dict[str, Any]], Any]:
+    """A CPU-only host as `slots` devices, each with an equal share of cores and memory (hosts.txt `slots=N`),
+    so several workers can run on one CPU host; measured once with one slot's share of threads."""
+    share = cores / slots
+    if share < 0.05:
+        raise ProbeError(f"slots={slots} leaves {share:.3f} cores per device; use fewer slots")
+    one = cpu_device(torch, budget, share)
+    one["memory_bytes"] = one["memory_bytes"] // slots
+    devices = [{**one, "index": i} for i in range(slots)]
+    link = None
+    if slots > 1:
+        link = {
+            "kind": "loopback",
+            "bandwidth_Bps": one["memory_gbps"] * 1e9 / 2,
+            "latency_s": CPU_SLOT_LINK_LATENCY_S,
+            "source": "assumed",
+        }
+    return devices, link
+
+
 # ---- GPUs ----------------------------------------------------------------------------------------------
 
 
@@ -389,10 +414,11 @@ def probe(gpus: list[int] | None, slots: int | None, budget: Budget) -> dict[str
         devices = [gpu_device(torch, i, budget, nvml[i] if i < len(nvml) else None) for i in indices]
         link = intra_link(torch, indices, budget, nvml, devices[0]["name"])
     else:
-        if gpus is not None or (slots or 1) > 1:
-            what = f"gpus={','.join(map(str, gpus))}" if gpus is not None else f"slots={slots}"
-            raise ProbeError(f"{what} but the host has no CUDA GPUs (profiled as one CPU device); remove it")
-        devices = [cpu_device(torch, budget, cores)]
+        if gpus is not None:
+            raise ProbeError(
+                f"gpus={','.join(map(str, gpus))} but the host has no CUDA GPUs; use slots=N to split its CPU"
+            )
+        devices, link = cpu_slots(torch, budget, cores, slots or 1)
     return {
         "probe_version": PROBE_VERSION,
         "hostname": socket.gethostname(),
