@@ -67,6 +67,11 @@ class TaskEstimate:
     """Peak bytes per device while the task runs (including what stays resident for other group tasks)."""
     violation: str | None = None
     """Why it does not fit (memory, layers < stages, ...); None when it fits."""
+    terms: dict[str, float] = field(default_factory=dict)
+    """Finer seconds on the critical replica: compute, memory, tp_comm, pp_p2p, dp_allreduce, bubble,
+    optimizer, offload, overhead (they add up to cost.total_s); for explanations."""
+    links: dict[str, str] = field(default_factory=dict)
+    """For communication terms, the bottleneck link they ran on (e.g. '1 Gbps wan link a<->b')."""
 
 
 @dataclass
