@@ -1,0 +1,266 @@
+"""`make_plan`: the one entry point the CLI calls. Picks the solver, runs it under the budget, re-scores the
+result with the cost model (every emitted plan fits), and never returns a plan worse than the better baseline.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from hetrl_cli.artifacts.plan import Plan, SolverStats
+from hetrl_cli.artifacts.profile import ClusterProfile
+from hetrl_cli.artifacts.workload import TASK_ROLE, Workload
+from hetrl_cli.costmodel.types import GroupPlacement, PlanEstimate, TaskPlacement
+from hetrl_cli.errors import BadInput, Infeasible
+
+SOLVERS = ("auto", "ilp", "hybrid", "verl", "streamrl")
+AUTO_ILP_SHARE = 0.5
+"""`auto` picks the ILP when its estimated table-building time is under this share of the budget."""
+SECONDS_PER_TASK_CALL = 5e-4
+"""Rough cost of one cost-model task() call on this class of machine, for the `auto` estimate."""
+CALLS_PER_OPTION = 15
+"""Rough task() calls per (group, pool) option (layouts tried + exact re-scoring)."""
+
+
+@dataclass
+class Outcome:
+    """A solver's answer before it becomes a Plan."""
+
+    groups: list[GroupPlacement]
+    placements: list[TaskPlacement]
+    stats: SolverStats
+
+
+def make_plan(
+    profile: ClusterProfile,
+    workload: Workload,
+    *,
+    solver: str,
+    budget_s: float,
+    max_evals: int | None = None,
+    seed: int = 0,
+    name: str | None = None,
+) -> Plan:
+    """Plan `workload` on `profile` with `solver` ('auto', 'ilp', 'hybrid', 'verl', 'streamrl')."""
+    from hetrl_cli.costmodel.model import CostModel
+    from hetrl_cli.planner.tables import Tables
+
+    if solver not in SOLVERS:
+        raise BadInput(f"unknown solver {solver!r}; choose one of: {', '.join(SOLVERS)}")
+    if budget_s <= 0:
+        raise BadInput(f"budget must be positive, got {budget_s} s")
+    cost_model = CostModel(profile, workload)
+    tables = Tables(cost_model, profile, workload)
+    check_feasible(tables)
+    plan_name = name or f"{profile.name}-{solver}"
+    with progress_reporter() as report:
+        outcome = _solve(tables, solver, budget_s, max_evals, seed, report)
+    estimate = cost_model.evaluate(outcome.groups, outcome.placements)
+    if not estimate.feasible:  # never emit a plan that does not fit
+        raise Infeasible(f"the {solver} plan does not fit after re-scoring: {estimate.violations[0]}")
+    _check_objective(outcome.stats, estimate)
+    return cost_model.to_plan(estimate, outcome.groups, outcome.stats, plan_name)
+
+
+def _solve(tables, solver: str, budget_s: float, max_evals: int | None, seed: int, report) -> Outcome:
+    from hetrl_cli.planner import baselines
+
+    start = time.monotonic()
+    if solver in baselines.BASELINES:
+        base = baselines.BASELINES[solver](tables)
+        if base is None:
+            raise Infeasible(f"the {solver} baseline finds no layout that fits: {explain_infeasible(tables)}")
+        stats = SolverStats(
+            solver=solver,
+            status="heuristic",
+            objective=base.iteration_s,
+            seconds=time.monotonic() - start,
+            evaluations=tables.counters.task_calls,
+            note=base.note,
+        )
+        return Outcome(base.groups, base.placements, stats)
+    report("baselines")
+    bases = [b for b in (baselines.verl(tables), baselines.streamrl(tables)) if b is not None]
+    remaining = max(0.1, budget_s - (time.monotonic() - start))
+    note = ""
+    if solver == "auto":
+        solver, note = choose_solver(tables, remaining)
+    if solver == "ilp":
+        outcome = run_ilp(tables, remaining, max_evals, seed, bases, report)
+    else:
+        outcome = run_hybrid(tables, remaining, max_evals, seed, bases, report)
+    if note:
+        outcome.stats.note = f"auto: {note}; {outcome.stats.note}"
+    outcome.stats.seconds = time.monotonic() - start
+    return _not_worse_than(outcome, bases)
+
+
+def choose_solver(tables, budget_s: float) -> tuple[str, str]:
+    """ILP when its space exists and its tables are estimated to take under AUTO_ILP_SHARE of the budget."""
+    from hetrl_cli.planner.ilp import choose_granularity
+    from hetrl_cli.planner.space import count_pools, groupings
+
+    gran = choose_granularity(tables, 150)
+    if gran is None:
+        n = count_pools(tables.classes, "host")
+        return "hybrid", f"hybrid, the ILP space is too large ({n} whole-host pools)"
+    subsets = {g for gs in groupings(tables.tasks) for g in gs}
+    options = count_pools(tables.classes, gran) * sum(len(s) for s in subsets)
+    estimate_s = options * CALLS_PER_OPTION * SECONDS_PER_TASK_CALL
+    if estimate_s <= AUTO_ILP_SHARE * budget_s:
+        return "ilp", f"ILP, ~{estimate_s:.0f} s of tables fit the {budget_s:.0f} s budget"
+    return "hybrid", f"hybrid, the ILP tables would take ~{estimate_s:.0f} s of the {budget_s:.0f} s budget"
+
+
+def run_ilp(tables, budget_s: float, max_evals, seed: int, bases, report) -> Outcome:
+    from hetrl_cli.planner.ilp import realise, solve_ilp
+
+    result, _space, note = solve_ilp(tables, budget_s, progress=report)
+    if result.options is None:
+        why = {"toolarge": note, "nosolution": "no incumbent within the time limit"}.get(result.status, result.status)
+        fallback = run_hybrid(tables, max(1.0, budget_s * 0.5), max_evals, seed, bases, report)
+        fallback.stats.note = f"ILP gave no plan ({why}): fell back to the hybrid result; {fallback.stats.note}"
+        return fallback
+    options = realise(tables, result.grouping, result.pools, result.options)
+    gap = None
+    if result.objective and result.bound is not None:
+        gap = max(0.0, (result.objective - result.bound) / result.objective)
+    stats = SolverStats(
+        solver="ilp",
+        status=result.status,
+        objective=result.objective,
+        bound=result.bound,
+        gap=0.0 if result.status == "optimal" else gap,
+        seconds=result.seconds,
+        evaluations=tables.counters.task_calls,
+        note=note,
+    )
+    return Outcome(tables.groups(result.grouping, options), tables.placements(options), stats)
+
+
+def run_hybrid(tables, budget_s: float, max_evals, seed: int, bases, report) -> Outcome:
+    from hetrl_cli.planner.hybrid import Budget, Hybrid, genome_of
+    from hetrl_cli.planner.tables import Tables
+
+    quick = Tables(tables.cm, tables.profile, tables.workload, depths=1, joint_keep=1)
+    search = Hybrid(quick, seed)
+    seeds = [(tuple(g.tasks for g in b.groups), genome_of(search, [g.devices for g in b.groups])) for b in bases]
+    budget = Budget(None if max_evals is not None else budget_s, max_evals)
+    result = search.run(budget, seeds, progress=lambda text, _f: report(text))
+    if result.options is None:
+        raise Infeasible(f"the hybrid search found no plan that fits: {explain_infeasible(tables)}")
+    stats = SolverStats(
+        solver="hybrid",
+        status="heuristic",
+        objective=result.score,
+        seconds=result.seconds,
+        evaluations=result.evaluations,
+        seed=seed,
+        note=f"{result.rounds} successive-halving rounds" + (f", max_evals={max_evals}" if max_evals else ""),
+    )
+    return Outcome(quick.groups(result.grouping, result.options), quick.placements(result.options), stats)
+
+
+def _not_worse_than(outcome: Outcome, bases) -> Outcome:
+    """Swap in the better baseline's plan if the search result is worse (it seeds the search, so this only
+    happens when the search space cannot express it, e.g. uniform shares beating balanced ones)."""
+    if not bases:
+        return outcome
+    best = min(bases, key=lambda b: b.iteration_s)
+    mine = outcome.stats.objective if outcome.stats.objective is not None else math.inf
+    if best.iteration_s < mine * (1 - 1e-9):
+        stats = outcome.stats.model_copy(
+            update={
+                "objective": best.iteration_s,
+                "note": f"{outcome.stats.note}; the {best.name} baseline's plan was better and is returned",
+                "status": "heuristic" if outcome.stats.solver == "hybrid" else "feasible",
+            }
+        )
+        return Outcome(best.groups, best.placements, stats)
+    return outcome
+
+
+def _check_objective(stats: SolverStats, estimate: PlanEstimate) -> None:
+    """The solver's objective must equal evaluate() of its plan; say so in the note if it does not."""
+    if stats.objective is None:
+        stats.objective = estimate.iteration_s
+        return
+    if abs(stats.objective - estimate.iteration_s) > 1e-6 * max(1.0, estimate.iteration_s):
+        stats.note += f"; objective {stats.objective:.6g} s ≠ re-scored {estimate.iteration_s:.6g} s (re-scored kept)"
+        stats.objective = estimate.iteration_s
+
+
+def check_feasible(tables) -> None:
+    """Raise Infeasible naming the binding constraint when some task fits nowhere on the whole cluster."""
+    if not tables.classes:
+        raise Infeasible(f"profile {tables.profile.name!r} has no usable devices; re-profile or add hosts")
+    from hetrl_cli.planner.baselines import ordered_devices
+
+    devices = ordered_devices(tables)
+    for task in tables.tasks:
+        if not tables.alone(task, devices):
+            raise Infeasible(explain_task(tables, task, devices))
+
+
+def explain_task(tables, task, devices) -> str:
+    """'actor_train of qwen3-32b needs ≥ 22 A100-80GB-equivalents of memory; the cluster has 4 GPUs'.
+
+    The count is a true lower bound: the task's model states alone (weights; + grads and optimizer states
+    for training), over the usable memory of the cluster's largest device."""
+    from hetrl_cli.costmodel import constants
+    from hetrl_cli.costmodel.architectures import resolve
+    from hetrl_cli.costmodel.memory import (
+        TRAIN_TASKS,
+        grad_bytes_per_param,
+        optimizer_bytes_per_param,
+        weight_bytes_per_param,
+    )
+    from hetrl_cli.costmodel.types import TaskPlacement
+
+    w = tables.workload
+    spec = w.model_for(TASK_ROLE[task])
+    per_param = weight_bytes_per_param(w)
+    if task in TRAIN_TASKS:
+        per_param += grad_bytes_per_param(w) + optimizer_bytes_per_param(w)
+    head = "value" if task in ("reward", "critic_inference", "critic_train") else "lm"
+    states = resolve(spec).param_count(head) * per_param
+    big = max((d for d in tables.profile.devices if d.id in set(devices)), key=lambda d: d.memory_bytes)
+    usable = big.memory_bytes * constants.USABLE_MEMORY_FRACTION
+    equivalents = math.ceil(states / usable)
+    label = big.name.removeprefix("NVIDIA ")
+    where = f"the cluster has {len(devices)} GPUs"
+    if equivalents > len(devices):
+        return f"{task} of {spec.arch} needs ≥ {equivalents} {label}-equivalents of memory; {where}"
+    est = tables.cm.task(TaskPlacement(task, (((big.id,),),)))
+    return f"no TP/PP layout of {task} ({spec.arch}) fits on the {len(devices)} devices (one device: {est.violation})"
+
+
+def explain_infeasible(tables) -> str:
+    """Why nothing fits: the first task that fits nowhere, else the all-colocated plan's first violation."""
+    from hetrl_cli.planner.baselines import ordered_devices
+
+    devices = ordered_devices(tables)
+    for task in tables.tasks:
+        if not tables.alone(task, devices):
+            return explain_task(tables, task, devices)
+    return "every task fits alone, but no grouping of them fits together; add devices or shorten sequences"
+
+
+@contextmanager
+def progress_reporter() -> Iterator[Callable[[str], None]]:
+    """A rich spinner on stderr when stderr is a TTY; otherwise a no-op (pipes stay clean)."""
+    if not sys.stderr.isatty():
+        yield lambda _text: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=Console(stderr=True)
+    ) as bar:
+        handle = bar.add_task("planning", total=None)
+        yield lambda text: bar.update(handle, description=text)

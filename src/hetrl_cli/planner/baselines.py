@@ -1,0 +1,150 @@
+"""Baselines scored by the same cost model: what verl and StreamRL would deploy on this cluster.
+
+- `verl`: every task colocated on all devices; the same TP/PP for all replicas of a task, sized as if the
+  cluster were homogeneous (the smallest model-parallel size that fits on the smallest-memory device, with
+  TP inside a host first); uniform batch shares and even layer splits (no load balancing).
+- `streamrl`: generation alone on one group, everything else on the other; each group homogeneous where
+  possible (whole device types per side); the split is the best by the cost model among the type-wise
+  splits (every non-empty proper subset of types for generation; with one type, 1/4, 1/2, 3/4 of the
+  hosts). Same homogeneous sizing and uniform shares inside each group.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hetrl_cli.artifacts.workload import TaskName
+from hetrl_cli.costmodel.types import GroupPlacement, PlanEstimate, TaskPlacement
+from hetrl_cli.planner.space import host_chunks, layouts, place
+from hetrl_cli.planner.tables import Tables, group_name
+
+
+@dataclass
+class BaselinePlan:
+    name: str
+    groups: list[GroupPlacement]
+    placements: list[TaskPlacement]
+    estimate: PlanEstimate
+    note: str = ""
+
+    @property
+    def iteration_s(self) -> float:
+        return self.estimate.iteration_s if self.estimate.feasible else math.inf
+
+
+def ordered_devices(tables: Tables, devices: Sequence[str] | None = None) -> tuple[str, ...]:
+    """Devices in the planner's structural order: fastest class first, then host, then index."""
+    wanted = None if devices is None else set(devices)
+    out = []
+    for c in tables.classes:
+        for host in c.devices:
+            out.extend(d for d in host if wanted is None or d in wanted)
+    return tuple(out)
+
+
+def _uniform(placement: TaskPlacement, layers: int) -> TaskPlacement:
+    """Uniform batch shares and even layer splits (first stages take the remainder)."""
+    dp, pp = placement.dp, placement.pp
+    base, extra = divmod(layers, pp)
+    split = tuple(base + (1 if s < extra else 0) for s in range(pp))
+    return TaskPlacement(placement.task, placement.replicas, tuple([1.0 / dp] * dp), tuple([split] * dp))
+
+
+def homogeneous_layouts(tables: Tables, task: TaskName, devices: tuple[str, ...]) -> list[TaskPlacement]:
+    """Blocked layouts of `task` on `devices` in the order a homogeneous-cluster user tries them: smallest
+    model-parallel size first, TP before PP at equal size (uniform shares, even splits)."""
+    chunks = host_chunks(devices, tables.host_of)
+    shape = tables.shapes[task]
+    options = [lay for lay in layouts([len(c) for c in chunks], shape, mixed=False) if not lay.strided]
+    options.sort(key=lambda lay: (lay.tp * lay.pp, lay.pp))
+    return [_uniform(place(task, chunks, lay), shape.layers) for lay in options]
+
+
+def size_group(tables: Tables, tasks: tuple[TaskName, ...], devices: tuple[str, ...]) -> list[TaskPlacement] | None:
+    """Per task the first homogeneous layout that fits next to its group mates (by name), then bumped per
+    task until the group fits with exact placements; None if nothing fits."""
+    candidates = {t: homogeneous_layouts(tables, t, devices) for t in tasks}
+    index = dict.fromkeys(tasks, 0)
+    for t in tasks:
+        others = tuple(u for u in tasks if u != t)
+        while index[t] < len(candidates[t]) and tables.cm.task(candidates[t][index[t]], others).violation:
+            index[t] += 1
+        if index[t] >= len(candidates[t]):
+            return None
+    for _ in range(sum(len(c) for c in candidates.values())):
+        chosen = [candidates[t][index[t]] for t in tasks]
+        bad = [
+            i
+            for i, p in enumerate(chosen)
+            if tables.cm.task(p, tuple(q for j, q in enumerate(chosen) if j != i)).violation
+        ]
+        if not bad:
+            return chosen
+        t = tasks[bad[0]]
+        index[t] += 1
+        if index[t] >= len(candidates[t]):
+            return None
+    return None
+
+
+def _score(tables: Tables, name: str, grouping, device_sets) -> BaselinePlan | None:
+    groups, placements = [], []
+    for tasks, devices in zip(grouping, device_sets, strict=True):
+        if not devices:
+            return None
+        sized = size_group(tables, tasks, devices)
+        if sized is None:
+            return None
+        groups.append(GroupPlacement(group_name(tasks), tasks, devices))
+        placements.extend(sized)
+    estimate = tables.cm.evaluate(groups, placements)
+    if not estimate.feasible:
+        return None
+    return BaselinePlan(name, groups, placements, estimate)
+
+
+def verl(tables: Tables) -> BaselinePlan | None:
+    """Everything colocated on all devices, homogeneous sizing, uniform shares."""
+    return _score(tables, "verl", [tables.tasks], [ordered_devices(tables)])
+
+
+def streamrl(tables: Tables) -> BaselinePlan | None:
+    """Generation apart from the rest, one device type per side where possible; best type-wise split."""
+    rest = tuple(t for t in tables.tasks if t != "generation")
+    if not rest:
+        return None
+    devices = ordered_devices(tables)
+    by_type: dict[str, list[str]] = {}
+    for d in devices:
+        by_type.setdefault(tables.spec_of[d][0], []).append(d)
+    splits: list[tuple[tuple[str, ...], tuple[str, ...], str]] = []
+    types = list(by_type)
+    for r in range(1, len(types)):
+        for gen_types in itertools.combinations(types, r):
+            gen = tuple(d for t in gen_types for d in by_type[t])
+            other = tuple(d for d in devices if d not in set(gen))
+            splits.append((gen, other, f"generation on {', '.join(gen_types)}"))
+    if len(types) == 1:
+        hosts = list(dict.fromkeys(tables.host_of[d] for d in devices))
+        for frac in (0.25, 0.5, 0.75):
+            if len(hosts) > 1:
+                cut = max(1, min(len(hosts) - 1, round(len(hosts) * frac)))
+                gen = tuple(d for d in devices if tables.host_of[d] in set(hosts[:cut]))
+            else:
+                cut = max(1, min(len(devices) - 1, round(len(devices) * frac)))
+                gen = devices[:cut]
+            other = tuple(d for d in devices if d not in set(gen))
+            splits.append((gen, other, f"generation on {len(gen)} of {len(devices)} devices"))
+    best: BaselinePlan | None = None
+    for gen, other, label in dict.fromkeys(splits):
+        plan = _score(tables, "streamrl", [("generation",), rest], [gen, other])
+        if plan is not None and (best is None or plan.iteration_s < best.iteration_s):
+            plan.note = label
+            best = plan
+    return best
+
+
+BASELINES = {"verl": verl, "streamrl": streamrl}

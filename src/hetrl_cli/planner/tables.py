@@ -1,0 +1,354 @@
+"""Cost tables the solvers read: the best layouts of a group's tasks on a device set, and the pairwise terms
+(weight sync, transfers) between two groups. Every number comes from the cost model; nothing is modelled here.
+
+The iteration composition (the cost model's, mirrored so the ILP can write it as linear constraints):
+  sync:  Σ_phases max_groups (Σ of the group's task times in the phase) + Σ transfers + weight sync
+  async: max(generation + weight sync, rest) when the generation group holds only generation, else sync
+`compose()` is that formula; tests assert it equals `CostModel.evaluate()` on every plan a solver returns.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hetrl_cli.artifacts.profile import ClusterProfile
+from hetrl_cli.artifacts.workload import TASK_ROLE, TaskName, Workload
+from hetrl_cli.costmodel.types import PHASES, GroupPlacement, TaskEstimate, TaskPlacement
+from hetrl_cli.planner.space import (
+    DeviceClass,
+    Layout,
+    ModelShape,
+    device_classes,
+    device_tasks,
+    host_chunks,
+    layouts,
+    place,
+)
+
+PHASE_OF: dict[TaskName, int] = {t: i for i, phase in enumerate(PHASES) for t in phase}
+MAX_JOINT_TRIES = 32
+"""Layout combinations tried per group when the per-task fastest ones do not fit together in memory."""
+JOINT_OPTIONS = 4
+"""Layouts per task considered for those combinations."""
+JOINT_KEEP = 1
+"""Fitting combinations scored exactly before the best is kept."""
+DEPTHS = 3
+"""Fitting pipeline depths kept per TP degree (the shallowest ones)."""
+
+
+@dataclass(frozen=True)
+class GroupOption:
+    """The best layouts of a group's tasks on one device list, with the resulting per-phase seconds."""
+
+    tasks: tuple[TaskName, ...]
+    devices: tuple[str, ...]
+    layouts: tuple[Layout, ...]
+    placements: tuple[TaskPlacement, ...]
+    task_s: tuple[float, ...]
+    phase_s: tuple[float, ...]
+
+
+@dataclass
+class Counters:
+    task_calls: int = 0
+    pair_calls: int = 0
+    plan_scores: int = 0
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """A cost between two different groups: weight sync (train → generation) or a data transfer."""
+
+    name: str
+    src: int
+    """Index of the source group in the grouping."""
+    dst: int
+    nbytes: float = 0.0
+    """Bytes moved (transfers); 0 for weight sync (the cost model knows the weight bytes)."""
+    weight_sync: bool = False
+    boundary: int = -1
+    """Phase boundary a transfer crosses (0: after generation, 1: after inference); -1 for weight sync."""
+
+
+class Tables:
+    """Lazily filled, cached cost tables over one profile and workload."""
+
+    def __init__(
+        self,
+        cost_model,
+        profile: ClusterProfile,
+        workload: Workload,
+        depths: int = DEPTHS,
+        joint_keep: int = JOINT_KEEP,
+    ) -> None:
+        from hetrl_cli.costmodel.architectures import resolve
+
+        self.cm = cost_model
+        self.profile = profile
+        self.workload = workload
+        self.tasks = device_tasks(workload)
+        self.classes: list[DeviceClass] = device_classes(profile)
+        self.host_of = {d.id: d.host for d in profile.devices}
+        self.spec_of = {d.id: (d.name, d.memory_bytes) for d in profile.devices}
+        self.shapes: dict[TaskName, ModelShape] = {}
+        for task in self.tasks:
+            arch = resolve(workload.model_for(TASK_ROLE[task]))
+            self.shapes[task] = ModelShape(arch.num_heads, arch.num_kv_heads, arch.num_layers)
+        self.counters = Counters()
+        self.depths = depths
+        """Fitting pipeline depths kept per TP degree (the ILP: DEPTHS; the hybrid's quick tables: 1)."""
+        self.joint_keep = joint_keep
+        self._task: dict[tuple, TaskEstimate] = {}
+        self._group: dict[tuple, GroupOption | None] = {}
+        self._alone: dict[tuple, list] = {}
+        rule = getattr(cost_model, "rule_reward_s", lambda: 0.0)()
+        self.floor: tuple[float, ...] = tuple(rule if "reward" in phase else 0.0 for phase in PHASES)
+        """Seconds per phase that run on no device (the rule-based reward, on the driver)."""
+        self._pair: dict[tuple, float] = {}
+
+    # --- per task and per group ----------------------------------------------------------------
+
+    def task_estimate(self, placement: TaskPlacement, context: tuple) -> TaskEstimate:
+        key = (placement, context)
+        if key not in self._task:
+            self.counters.task_calls += 1
+            self._task[key] = self.cm.task(placement, list(context) or None)
+        return self._task[key]
+
+    def alone(
+        self, task: TaskName, devices: tuple[str, ...], depths: int | None = None
+    ) -> list[tuple[float, Layout, TaskPlacement]]:
+        """Layouts of `task` that fit on `devices` with nothing else resident, fastest first.
+
+        The layouts are `space.layouts` pruned to the DEPTHS shallowest fitting pipeline depths per TP
+        degree (deeper pipelines only add bubbles and stage hops in the cost model); shared by every
+        group that holds `task` on these devices."""
+        depths = depths or self.depths
+        key = (task, devices, depths)
+        if key in self._alone:
+            return self._alone[key]
+        chunks = host_chunks(devices, self.host_of)
+        fitting: list[tuple[float, Layout, TaskPlacement]] = []
+        depths_of: dict[int, int] = {}
+        skipped: set[tuple[int, int]] = set()
+        mixed = len({self.spec_of[d] for d in devices}) > 1
+        for layout in layouts([len(c) for c in chunks], self.shapes[task], mixed):
+            if (layout.tp, layout.pp) in skipped or (not layout.strided and depths_of.get(layout.tp, 0) >= depths):
+                skipped.add((layout.tp, layout.pp))
+                continue
+            est = self.task_estimate(place(task, chunks, layout), ())
+            if est.violation is None:
+                fitting.append((est.cost.total_s, layout, est.placement))
+                if not layout.strided:
+                    depths_of[layout.tp] = depths_of.get(layout.tp, 0) + 1
+        fitting.sort(key=lambda o: (o[0], o[1]))
+        self._alone[key] = fitting
+        return fitting
+
+    def task_options(
+        self, task: TaskName, tasks: tuple[TaskName, ...], devices: tuple[str, ...], limit: int = 1
+    ) -> list[tuple[float, Layout, TaskPlacement]]:
+        """Up to `limit` layouts of `task` that fit next to the other group tasks (by name), fastest first;
+        offloaded variants only where nothing fits without (offload only adds time in the cost model)."""
+        others = tuple(t for t in tasks if t != task)
+        chunks = host_chunks(devices, self.host_of)
+        out: list[tuple[float, Layout, TaskPlacement]] = []
+        tried: set[Layout] = set()
+        passes = [(False, self.depths)]
+        if self.depths < DEPTHS:  # quick tables: deeper pipelines only when the shallow ones do not fit
+            passes.append((False, DEPTHS))
+        passes.append((True, max(self.depths, DEPTHS)))
+        for offload, depths in passes:
+            for seconds, layout, placement in self.alone(task, devices, depths):
+                if offload:
+                    layout = Layout(layout.tp, layout.pp, layout.strided, offload=True)
+                    placement = place(task, chunks, layout)
+                if layout in tried:
+                    continue
+                tried.add(layout)
+                if not others and not offload:
+                    out.append((seconds, layout, placement))
+                else:
+                    est = self.task_estimate(TaskPlacement(task, placement.replicas, offload=offload), others)
+                    if est.violation is None:
+                        out.append((est.cost.total_s, layout, est.placement))
+                if len(out) >= limit:
+                    return out
+            if out:
+                return out
+        return out
+
+    def group_option(self, tasks: tuple[TaskName, ...], devices: tuple[str, ...]) -> GroupOption | None:
+        """The layouts of `tasks` on `devices` the planner uses; None when nothing fits.
+
+        Selection rule (what "the space" means per group, docs/planner.md): per task, layouts that fit next
+        to the group mates by name, fastest first; combinations in increasing sum of those times are scored
+        exactly (each task against its mates' actual placements, as `evaluate()` does) until JOINT_KEEP fit
+        or MAX_JOINT_TRIES were tried; the fitting one with the smallest exact total wins."""
+        key = (tasks, devices)
+        if key in self._group:
+            return self._group[key]
+        result = None
+        for limit in (1, JOINT_OPTIONS) if len(tasks) > 1 else (1,):
+            per_task = [self.task_options(t, tasks, devices, limit) for t in tasks]
+            if not all(per_task):
+                break
+            found: list[tuple[float, tuple, list]] = []
+            for combo in _combinations_by_sum(per_task, MAX_JOINT_TRIES):
+                chosen = self._exact(tasks, [per_task[i][j] for i, j in enumerate(combo)])
+                if chosen is not None:
+                    found.append((sum(c[0] for c in chosen), combo, chosen))
+                    if len(found) >= self.joint_keep:
+                        break
+            if found:
+                result = self._option(tasks, devices, min(found, key=lambda f: (f[0], f[1]))[2])
+                break
+        self._group[key] = result
+        return result
+
+    def _exact(self, tasks: tuple[TaskName, ...], chosen: list) -> list | None:
+        """Re-score a layout combination as evaluate() will (mates' exact placements); None if it does not fit."""
+        if len(tasks) == 1:
+            return chosen
+        raw = [TaskPlacement(t, c[2].replicas, offload=c[2].offload) for t, c in zip(tasks, chosen, strict=True)]
+        out = []
+        for i, placement in enumerate(raw):
+            context = tuple(p for j, p in enumerate(raw) if j != i)
+            est = self.task_estimate(placement, context)
+            if est.violation is not None:
+                return None
+            out.append((est.cost.total_s, chosen[i][1], est.placement))
+        return out
+
+    def _option(self, tasks: tuple[TaskName, ...], devices: tuple[str, ...], chosen: list) -> GroupOption:
+        times = tuple(c[0] for c in chosen)
+        phase = [0.0] * len(PHASES)
+        for task, seconds in zip(tasks, times, strict=True):
+            phase[PHASE_OF[task]] += seconds
+        return GroupOption(
+            tasks=tasks,
+            devices=devices,
+            layouts=tuple(c[1] for c in chosen),
+            placements=tuple(c[2] for c in chosen),
+            task_s=times,
+            phase_s=tuple(phase),
+        )
+
+    # --- between groups ------------------------------------------------------------------------
+
+    def pair_specs(self, grouping: Sequence[tuple[TaskName, ...]]) -> list[PairSpec]:
+        """Weight sync and transfers the cost model charges between different groups of `grouping`."""
+        return pair_specs(self.cm, self.workload, grouping)
+
+    def pair_cost(self, spec: PairSpec, src: tuple[str, ...], dst: tuple[str, ...]) -> float:
+        key = (spec.weight_sync, spec.nbytes, src, dst)
+        if key not in self._pair:
+            self.counters.pair_calls += 1
+            if spec.weight_sync:
+                self._pair[key] = self.cm.weight_sync_s(src, dst)
+            else:
+                self._pair[key] = self.cm.transfer_s(src, dst, spec.nbytes)
+        return self._pair[key]
+
+    def same_group_weight_sync(self, devices: tuple[str, ...]) -> float:
+        """Weight sync when actor_train and generation share a group (resharding on the same devices)."""
+        spec = PairSpec("weight_sync", 0, 0, weight_sync=True)
+        return self.pair_cost(spec, devices, devices)
+
+    # --- whole plans ---------------------------------------------------------------------------
+
+    def score(self, grouping: Sequence[tuple[TaskName, ...]], options: Sequence[GroupOption]) -> float:
+        """Iteration seconds of a plan from its group options (compose() over cached tables)."""
+        self.counters.plan_scores += 1
+        weight_sync, boundary = self.terms(grouping, options)
+        return compose(self.workload.mode, grouping, [o.phase_s for o in options], weight_sync, boundary, self.floor)
+
+    def terms(
+        self, grouping: Sequence[tuple[TaskName, ...]], options: Sequence[GroupOption]
+    ) -> tuple[float, list[float]]:
+        """(weight sync seconds, per-boundary transfer seconds) of a plan."""
+        train = next(i for i, g in enumerate(grouping) if "actor_train" in g)
+        gen = next(i for i, g in enumerate(grouping) if "generation" in g)
+        weight_sync = self.same_group_weight_sync(options[gen].devices) if train == gen else 0.0
+        boundary = [0.0, 0.0]
+        for spec in self.pair_specs(grouping):
+            seconds = self.pair_cost(spec, options[spec.src].devices, options[spec.dst].devices)
+            if spec.weight_sync:
+                weight_sync = seconds
+            else:  # hand-overs funnel through the single controller: they add up
+                boundary[spec.boundary] += seconds
+        return weight_sync, boundary
+
+    def groups(self, grouping: Sequence[tuple[TaskName, ...]], options: Sequence[GroupOption]) -> list[GroupPlacement]:
+        return [
+            GroupPlacement(name=group_name(g), tasks=g, devices=o.devices)
+            for g, o in zip(grouping, options, strict=True)
+        ]
+
+    def placements(self, options: Sequence[GroupOption]) -> list[TaskPlacement]:
+        """Placements to hand to evaluate(): layouts only, shares and layer splits left to the balancer."""
+        return [TaskPlacement(p.task, p.replicas, offload=p.offload) for o in options for p in o.placements]
+
+
+def group_name(tasks: Sequence[TaskName]) -> str:
+    """`gen`, `train`, ... : a short stable name from the group's first task, e.g. `generation+reference`."""
+    return "+".join(tasks)
+
+
+def pair_specs(cost_model, workload: Workload, grouping: Sequence[tuple[TaskName, ...]]) -> list[PairSpec]:
+    """What the cost model charges between different groups: the weight sync (when actor_train and generation
+    are apart) and every data hand-over of `CostModel.transfers` (boundary 0 after generation, boundary 1,
+    named `...:experience`, after inference)."""
+    group_of = {t: i for i, g in enumerate(grouping) for t in g}
+    specs: list[PairSpec] = []
+    train, gen = group_of["actor_train"], group_of["generation"]
+    if train != gen:
+        specs.append(PairSpec("weight_sync", train, gen, weight_sync=True))
+    index = {group_name(g): i for i, g in enumerate(grouping)}
+    groups = [GroupPlacement(group_name(g), g, ()) for g in grouping]
+    for name, src, dst, nbytes in cost_model.transfers(groups):
+        boundary = 1 if name.endswith(":experience") else 0
+        specs.append(PairSpec(name, index[src], index[dst], float(nbytes), boundary=boundary))
+    return specs
+
+
+def compose(
+    mode: str,
+    grouping: Sequence[tuple[TaskName, ...]],
+    phase_s: Sequence[Sequence[float]],
+    weight_sync: float,
+    boundary: Sequence[float],
+    floor: Sequence[float] = (0.0, 0.0, 0.0),
+) -> float:
+    """`costmodel.compose.compose_iteration` over per-group phase seconds; `floor[i]` is a phase time that
+    runs on no device (the rule-based reward on the driver CPU in phase 2)."""
+    spans = [
+        max([floor[i], *(p[i] for p, g in zip(phase_s, grouping, strict=True) if _in_phase(g, i))])
+        for i in range(len(PHASES))
+    ]
+    if mode == "async" and any(g == ("generation",) for g in grouping):
+        return max(spans[0] + weight_sync, boundary[0] + spans[1] + boundary[1] + spans[2])
+    return sum(spans) + sum(boundary) + weight_sync
+
+
+def _in_phase(group: Sequence[TaskName], phase: int) -> bool:
+    return any(PHASE_OF[t] == phase for t in group)
+
+
+def _combinations_by_sum(options: list[list[tuple]], limit: int):
+    """Index combinations (one option per task) in increasing sum of times, at most `limit` of them."""
+    start = tuple(0 for _ in options)
+    heap = [(sum(o[0][0] for o in options), start)]
+    seen = {start}
+    while heap and limit > 0:
+        _, combo = heapq.heappop(heap)
+        limit -= 1
+        yield combo
+        for i in range(len(combo)):
+            if combo[i] + 1 < len(options[i]):
+                nxt = (*combo[:i], combo[i] + 1, *combo[i + 1 :])
+                if nxt not in seen:
+                    seen.add(nxt)
+                    heapq.heappush(heap, (sum(options[k][c][0] for k, c in enumerate(nxt)), nxt))

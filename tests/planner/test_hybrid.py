@@ -1,0 +1,65 @@
+"""The hybrid search: reproducible for a seed under max_evals, never worse than the better baseline, and
+within reach of the ILP optimum on tiny instances."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetrl_cli.costmodel.model import CostModel
+from hetrl_cli.planner import baselines
+from hetrl_cli.planner.api import make_plan
+from hetrl_cli.planner.tables import Tables
+
+from .conftest import cluster, workload
+
+
+def _fingerprint(plan):
+    return (
+        [(g.name, tuple(g.devices)) for g in plan.groups],
+        [(t.task, t.tp, t.pp, t.dp, [r.stages for r in t.replicas]) for t in plan.tasks],
+        plan.cost.iteration_s,
+        plan.solver.evaluations,
+    )
+
+
+def test_hybrid_is_reproducible_with_max_evals(tiny_profile):
+    w = workload("ppo", "sync")
+    a = make_plan(tiny_profile, w, solver="hybrid", budget_s=60, max_evals=150, seed=7)
+    b = make_plan(tiny_profile, w, solver="hybrid", budget_s=60, max_evals=150, seed=7)
+    assert _fingerprint(a) == _fingerprint(b)
+    assert a.solver.seed == 7
+    assert a.solver.evaluations == 150
+
+
+@pytest.mark.parametrize(("algorithm", "mode"), [("grpo", "sync"), ("ppo", "async")])
+def test_hybrid_never_worse_than_better_baseline(tiny_profile, algorithm, mode):
+    w = workload(algorithm, mode)
+    tables = Tables(CostModel(tiny_profile, w), tiny_profile, w)
+    bases = [b for b in (baselines.verl(tables), baselines.streamrl(tables)) if b is not None]
+    assert bases
+    plan = make_plan(tiny_profile, w, solver="hybrid", budget_s=60, max_evals=60, seed=0)
+    assert plan.cost.iteration_s <= min(b.iteration_s for b in bases) * (1 + 1e-9)
+
+
+def test_hybrid_reaches_ilp_on_tiny(tiny_profile):
+    w = workload("grpo", "sync")
+    ilp = make_plan(tiny_profile, w, solver="ilp", budget_s=30)
+    hybrid = make_plan(tiny_profile, w, solver="hybrid", budget_s=60, max_evals=400, seed=0)
+    assert hybrid.cost.iteration_s <= ilp.cost.iteration_s / 0.99
+
+
+def test_baselines_pass_uniform_shares():
+    profile = cluster(
+        "mixed",
+        [
+            {"gpu": "A100 80GB", "gpus_per_node": 2, "nodes": 1, "region": "r1"},
+            {"gpu": "L4", "gpus_per_node": 2, "nodes": 1, "region": "r1"},
+        ],
+    )
+    for solver in ("verl", "streamrl"):
+        plan = make_plan(profile, workload("grpo", "sync"), solver=solver, budget_s=10)
+        assert plan.solver.solver == solver
+        for task in plan.tasks:
+            assert {round(r.batch_share, 9) for r in task.replicas} == {round(1 / task.dp, 9)}
+    verl = make_plan(profile, workload("grpo", "sync"), solver="verl", budget_s=10)
+    assert len(verl.groups) == 1 and len(verl.groups[0].devices) == 4
