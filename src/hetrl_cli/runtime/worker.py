@@ -1,0 +1,500 @@
+"""The per-process worker: `python -m hetrl_cli.runtime.worker --run-dir DIR`, one process per plan device.
+
+Started by accelerate/torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT in the environment).
+It reads plan.json and launch.json from the run directory, holds the roles its device runs, and executes
+the RL step exactly as the plan lays it out. One step, in order (every rank walks the same phases and skips
+the ones it has no part in; see docs/run.md):
+
+  1. generate     generation replicas sample their share of the step's sequences        (sync mode)
+  2. rollouts     all-gather of the rollouts over the world group
+  3. experience   reference / reward / critic inference and the actor's old log-probs on their shares,
+                  all-gathered over the rest group; advantages computed from the whole batch
+  4. train        actor (and critic) update on their shares, gradients summed over each DP group
+  5. weight sync  actor leader -> generation ranks, critic leader -> critic-inference ranks
+  6. report       per-rank timings and sums gathered to rank 0 -> metrics.jsonl; checkpoint every N steps
+
+Async mode: generation ranks sample step t+1 (with the weights of step t-1's update, one step stale) while the
+rest trains on step t; the rollouts are exchanged after training, just before the weight sync.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from hetrl_cli.artifacts.io import load_artifact
+from hetrl_cli.artifacts.plan import Plan
+from hetrl_cli.runtime import algorithms as alg
+from hetrl_cli.runtime import comm
+from hetrl_cli.runtime.layout import Layout, split_device_id
+from hetrl_cli.runtime.roles import (
+    Actor,
+    Critic,
+    Generator,
+    Reference,
+    RewardModel,
+    Rollout,
+    RuleReward,
+    pad_rows,
+)
+from hetrl_cli.runtime.rundir import LaunchManifest, RunDir, now_iso, save_torch_atomic
+
+
+class _Prefixed:
+    """A text stream that prefixes every line with `[rank N]` and tees it to the rank's log file."""
+
+    def __init__(self, stream: TextIO, prefix: str, log: TextIO) -> None:
+        self.stream, self.prefix, self.log, self._at_start = stream, prefix, log, True
+
+    def write(self, text: str) -> int:
+        out = []
+        for piece in text.splitlines(keepends=True):
+            out.append((self.prefix if self._at_start else "") + piece)
+            self._at_start = piece.endswith("\n")
+        joined = "".join(out)
+        self.stream.write(joined)
+        self.log.write(joined)
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+        self.log.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent (the torchrun agent) dies: no orphan workers."""
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class Timer:
+    """Seconds per phase of one step on this rank."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+class Worker:
+    """The roles of one rank and the RL step over them."""
+
+    def __init__(self, run: RunDir, plan: Plan, manifest: LaunchManifest, rank: int) -> None:
+        self.rundir, self.plan, self.manifest, self.rank = run, plan, manifest, rank
+        self.workload = wl = plan.workload
+        self.layout = Layout.from_plan(plan, manifest.devices)
+        self.tasks = self.layout.tasks_of(rank)
+        self.device = self._torch_device()
+        self.groups = comm.make_groups(self._group_specs(), manifest.collective_timeout_s)
+        self._build_roles()
+        from hetrl_cli.runtime.datasets import load_records
+
+        self.records = load_records(wl.dataset.kind, wl.dataset.path, wl.seed)
+        self.pending: list[Rollout] = []
+
+    def leads(self, task: str) -> bool:
+        """Whether this rank is replica 0 of `task` (weight-sync source, checkpoint writer)."""
+        return task in self.layout.tasks and self.layout.tasks[task].leader == self.rank
+
+    # setup -----------------------------------------------------------------------------------------------
+    def _torch_device(self) -> str:
+        import torch
+
+        if torch.cuda.is_available():
+            index = split_device_id(self.manifest.devices[self.rank])[1]
+            torch.cuda.set_device(index)
+            return f"cuda:{index}"
+        return "cpu"
+
+    def _group_specs(self) -> dict[str, list[int]]:
+        lay = self.layout
+        specs = {f"dp:{t}": list(tl.ranks) for t, tl in lay.tasks.items()}
+        specs["rest"] = lay.rest_ranks
+        specs["sync:actor"] = lay.sync_ranks("actor_train", "generation")
+        if "critic_train" in lay.tasks:
+            specs["sync:critic"] = lay.sync_ranks("critic_train", "critic_inference")
+        return specs
+
+    def _model_dir(self, role: str) -> Path:
+        from hetrl_cli.runtime.tinymodel import resolve_model_dir
+
+        spec = self.workload.model_for(role)  # type: ignore[arg-type]
+        assert spec is not None
+        return resolve_model_dir(spec.path, spec.arch, self.rundir.models, self.workload.seed)
+
+    def _build_roles(self) -> None:
+        from hetrl_cli.runtime.tinymodel import load_tokenizer
+
+        wl, tasks, dev = self.workload, self.tasks, self.device
+        actor_dir = self._model_dir("actor")
+        self.tokenizer = load_tokenizer(actor_dir)
+        pad = self.tokenizer.pad_token_id
+        self.generator = self.actor = self.reference = self.critic = self.reward = None
+        if "generation" in tasks:
+            self.generator = Generator(self._engine(actor_dir), self.tokenizer, wl.max_response_tokens,
+                                       wl.rl.temperature, wl.seed)  # fmt: skip
+        if "actor_train" in tasks:
+            self.actor = Actor(actor_dir, wl.rl, wl.algorithm, wl.optimizer, wl.ppo_epochs, pad, wl.micro_batch, dev)
+        if "reference" in tasks:
+            self.reference = Reference(self._model_dir("reference"), pad, wl.micro_batch, dev)
+        if {"critic_inference", "critic_train"} & set(tasks):
+            self.critic = Critic(self._model_dir("critic"), wl.rl, wl.optimizer, wl.ppo_epochs, pad, wl.micro_batch,
+                                 wl.seed, dev)  # fmt: skip
+        if "reward" in tasks:
+            if wl.reward is None:
+                self.reward = RuleReward(wl.reward_rule, self.tokenizer)
+            else:
+                self.reward = RewardModel(self._model_dir("reward"), pad, wl.micro_batch, wl.seed, dev)
+
+    def _engine(self, model_dir: Path):
+        from hetrl_cli.runtime.engines import HFEngine, VLLMEngine
+
+        if self.manifest.engine == "vllm":
+            max_len = self.workload.max_prompt_tokens + self.workload.max_response_tokens
+            return VLLMEngine(model_dir, seed=self.workload.seed, max_model_len=max_len)
+        return HFEngine(model_dir, device=self.device)
+
+    # the run ---------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        first = self.restore()
+        last = self.manifest.steps
+        asynchronous = self.workload.mode == "async"
+        self.sync_weights()  # generation starts from the trainer's weights (a resumed run's included)
+        if asynchronous and first <= last:
+            self.pending = self.share_rollouts(self.generate(first))
+        for step in range(first, last + 1):
+            timer = Timer()
+            started = time.perf_counter()
+            if asynchronous:
+                rollouts = self.pending
+                mine_next = self.generate(step + 1, timer) if step < last else []
+            else:
+                rollouts = self.share_rollouts(self.generate(step, timer), timer)
+            report = self.train_on(step, rollouts, timer)
+            if asynchronous and step < last:
+                self.pending = self.share_rollouts(mine_next, timer)
+            with timer.phase("weight_sync"):
+                self.sync_weights()
+            self.report(step, rollouts, report, timer, time.perf_counter() - started)
+            self.maybe_checkpoint(step)
+
+    def prompts(self, step: int) -> list[tuple[int, tuple[int, ...]]]:
+        """(sequence index, prompt ids) of every sequence of the step: prompt i repeated G times."""
+        from hetrl_cli.runtime.datasets import step_records
+
+        wl = self.workload
+        records = step_records(self.records, step, wl.prompts_per_step, wl.seed)
+        encoded = self.tokenizer([r.prompt for r in records], add_special_tokens=False)["input_ids"]
+        out = []
+        for i, ids in enumerate(encoded):
+            ids = tuple(ids[-wl.max_prompt_tokens :])
+            out.extend((i * wl.responses_per_prompt + j, ids) for j in range(wl.responses_per_prompt))
+        return out
+
+    def generate(self, step: int, timer: Timer | None = None) -> list[Rollout]:
+        """Phase 1: this rank's generation share of `step` (nothing on non-generation ranks)."""
+        if self.generator is None:
+            return []
+        lo, hi = self.layout.tasks["generation"].range_of(self.rank)
+        timer = timer or Timer()
+        with timer.phase("generation"):
+            return self.generator.generate(step, self.prompts(step)[lo:hi])
+
+    def share_rollouts(self, mine: list[Rollout], timer: Timer | None = None) -> list[Rollout]:
+        """Phase 2: every rank gets every rollout of the step, ordered by sequence index."""
+        with (timer or Timer()).phase("rollout_transfer"):
+            parts = comm.all_gather_objects(mine, self.groups.world, self.layout.world_size)
+        return sorted((r for part in parts for r in part), key=lambda r: r.index)
+
+    def train_on(self, step: int, rollouts: list[Rollout], timer: Timer) -> dict[str, Any]:
+        """Phases 3-4 on the rest ranks: experience, advantages, actor/critic updates."""
+        if self.rank not in self.layout.rest_ranks:
+            return {}
+        exp = self.experience(step, rollouts, timer)
+        return self.update(rollouts, exp, timer)
+
+    def _share(self, task: str, rollouts: list[Rollout]) -> tuple[int, list[Rollout]]:
+        lo, hi = self.layout.tasks[task].range_of(self.rank)
+        return lo, rollouts[lo:hi]
+
+    def experience(self, step: int, rollouts: list[Rollout], timer: Timer) -> dict[str, list[Any]]:
+        """Phase 3: each inference task on its share, then an all-gather over the rest group."""
+        from hetrl_cli.runtime.datasets import step_records
+
+        mine: dict[str, dict[int, Any]] = {}
+
+        def record(field: str, start: int, values: list[Any]) -> None:
+            mine.setdefault(field, {}).update({start + i: v for i, v in enumerate(values)})
+
+        if self.reference is not None:
+            with timer.phase("reference"):
+                record("ref_logp", *self._apply("reference", rollouts, self.reference.logprobs))
+        if self.reward is not None:
+            records = step_records(self.records, step, self.workload.prompts_per_step, self.workload.seed)
+            group = self.workload.responses_per_prompt
+            with timer.phase("reward"):
+                start, share = self._share("reward", rollouts)
+                record("score", start, self.reward.scores(share, [records[r.index // group] for r in share]))
+        if self.critic is not None and "critic_inference" in self.tasks:
+            with timer.phase("critic_inference"):
+                record("values", *self._apply("critic_inference", rollouts, self.critic.values))
+        if self.actor is not None:
+            with timer.phase("actor_train"):  # the old log-probs are part of the actor_train task
+                record("old_logp", *self._apply("actor_train", rollouts, self.actor.logprobs))
+        with timer.phase("experience_transfer"):
+            parts = comm.all_gather_objects(mine, self.groups.get("rest"), self.groups.size("rest"))
+        merged: dict[str, dict[int, Any]] = {}
+        for part in parts:
+            for field, values in part.items():
+                merged.setdefault(field, {}).update(values)
+        return {field: [values[i] for i in range(len(rollouts))] for field, values in merged.items()}
+
+    def _apply(self, task: str, rollouts: list[Rollout], fn) -> tuple[int, list[Any]]:
+        start, share = self._share(task, rollouts)
+        return start, fn(share) if share else []
+
+    def update(self, rollouts: list[Rollout], exp: dict[str, list[Any]], timer: Timer) -> dict[str, Any]:
+        """Phase 4: advantages over the whole batch (identical on every rest rank), then the DP updates."""
+        import torch
+
+        wl = self.workload
+        steps = max(len(r.response_ids) for r in rollouts)
+        mask = pad_rows([[1.0] * len(r.response_ids) for r in rollouts], steps)
+        scores = torch.tensor(exp["score"], dtype=torch.float32)
+        old, ref = pad_rows(exp["old_logp"], steps), pad_rows(exp["ref_logp"], steps)
+        total_tokens = float(mask.sum())
+        if wl.algorithm == "grpo":
+            advantages = alg.grpo_advantages(scores, wl.responses_per_prompt).unsqueeze(1) * mask
+            returns = values = None
+        else:
+            values = pad_rows(exp["values"], steps)
+            rewards = alg.token_rewards(scores, old, ref, mask, wl.rl.kl_coef)
+            advantages, returns = alg.gae(rewards, values, mask, wl.rl.gamma, wl.rl.lam)
+            advantages = alg.whiten(advantages, mask)
+        report: dict[str, Any] = {}
+        if self.rank == self.layout.rest_ranks[0]:
+            lengths = [len(r.response_ids) for r in rollouts]
+            report["stats"] = {
+                "reward_mean": float(scores.mean()),
+                "reward_std": float(scores.std()) if len(scores) > 1 else 0.0,
+                "response_length_mean": sum(lengths) / len(lengths),
+                "response_tokens": sum(lengths),
+                "kl_ref_k3": float(alg.masked_mean(alg.kl_k3(old, ref), mask)),
+            }
+        if self.actor is not None:
+            lo, hi = self.layout.tasks["actor_train"].range_of(self.rank)
+            with timer.phase("actor_train"):
+                dp = (self.groups.get("dp:actor_train"), self.groups.size("dp:actor_train"))
+                report["actor"] = self.actor.train_step(
+                    rollouts[lo:hi], advantages[lo:hi], old[lo:hi], ref[lo:hi], total_tokens, dp
+                )
+        if self.critic is not None and "critic_train" in self.tasks:
+            assert returns is not None and values is not None
+            lo, hi = self.layout.tasks["critic_train"].range_of(self.rank)
+            with timer.phase("critic_train"):
+                dp = (self.groups.get("dp:critic_train"), self.groups.size("dp:critic_train"))
+                report["critic"] = self.critic.train_step(rollouts[lo:hi], returns[lo:hi], values[lo:hi],
+                                                          total_tokens, dp)  # fmt: skip
+        return report
+
+    def sync_weights(self) -> None:
+        """Phase 5: broadcast the trained weights to the ranks that run inference with them.
+
+        The leader of actor_train sends one flat buffer over sync:actor; a generation engine on the leader's
+        own rank (colocated) is updated in place from the local tensors.
+        """
+        actor_src = self.layout.tasks["actor_train"].leader
+        if self.groups.has("sync:actor", self.rank):
+            named = self.actor.named_weights() if self.rank == actor_src and self.actor else None
+            received = comm.broadcast_weights(named, actor_src, self.groups.get("sync:actor"),
+                                              self.groups.size("sync:actor"))  # fmt: skip
+            if self.generator is not None:
+                self.generator.engine.update_weights(received)
+        if "critic_train" in self.layout.tasks and self.groups.has("sync:critic", self.rank):
+            critic_src = self.layout.tasks["critic_train"].leader
+            named = self.critic.named_weights() if self.rank == critic_src and self.critic else None
+            received = comm.broadcast_weights(named, critic_src, self.groups.get("sync:critic"),
+                                              self.groups.size("sync:critic"))  # fmt: skip
+            if self.critic is not None and self.rank != critic_src:
+                self.critic.load_weights(received)
+
+    # reporting and checkpoints ---------------------------------------------------------------------------
+    def report(self, step: int, rollouts: list[Rollout], report: dict[str, Any], timer: Timer, step_s: float) -> None:
+        """Phase 6: gather every rank's timings and sums to rank 0, which appends one metrics line."""
+        report["seconds"] = dict(timer.seconds)
+        if not self.leads("actor_train"):  # elsewhere the sync time is mostly waiting for training to end
+            report["seconds"].pop("weight_sync", None)
+        report["rank"] = self.rank
+        if self.manifest.verify_weights and self.generator is not None:
+            report["engine_checksum"] = self.generator.engine.weights_checksum()
+        if self.manifest.verify_weights and self.actor is not None and self.leads("actor_train"):
+            from hetrl_cli.runtime.engines import checksum_named
+
+            report["actor_checksum"] = checksum_named(self.actor.named_weights())
+        gathered = comm.gather_to_zero(report)
+        if gathered is None:
+            return
+        line = merge_reports(self.layout, step, gathered, step_s, self.workload.mode)
+        self.rundir.append_metrics(line)
+        secs = line["seconds"]
+        print(
+            f"step {step}/{self.manifest.steps} reward {line['reward_mean']:.3f}±{line['reward_std']:.3f} "
+            f"kl {line['kl_ref_k3']:.4f} len {line['response_length_mean']:.1f} "
+            f"| {step_s:.2f}s: gen {secs.get('generation', 0):.2f} train {secs.get('actor_train', 0):.2f} "
+            f"sync {line['weight_sync_s']:.3f}",
+            flush=True,
+        )
+
+    def maybe_checkpoint(self, step: int) -> None:
+        every = self.manifest.checkpoint_every
+        if not (step == self.manifest.steps or (every and step % every == 0)):
+            return
+        staging = self.rundir.staging(step)
+        if self.actor is not None and self.leads("actor_train"):
+            save_torch_atomic(self.actor.state(), staging / "actor.pt")
+        if self.critic is not None and self.leads("critic_train"):
+            save_torch_atomic(self.critic.state(), staging / "critic.pt")
+        comm.barrier()
+        if self.rank == 0:
+            meta = {"step": step, "written_at": now_iso(), "run_id": self.manifest.run_id}
+            self.rundir.finalize_checkpoint(step, meta)
+        comm.barrier()
+
+    def restore(self) -> int:
+        """The first step to run: 1, or the step after the latest checkpoint when resuming."""
+        import torch
+
+        if not self.manifest.resume:
+            return 1
+        found = self.rundir.latest_checkpoint()
+        if found is None:
+            return 1
+        step, path = found
+        if self.actor is not None:
+            self.actor.load_state(torch.load(path / "actor.pt", weights_only=False))
+        if self.critic is not None and "critic_train" in self.tasks:
+            self.critic.load_state(torch.load(path / "critic.pt", weights_only=False))
+        if self.rank == 0:
+            self.rundir.truncate_metrics(step)
+            print(f"resuming after step {step} from {path}", flush=True)
+        return step + 1
+
+
+def merge_reports(layout: Layout, step: int, reports: list[dict[str, Any]], step_s: float, mode: str) -> dict[str, Any]:
+    """One metrics line from every rank's report: a task's time is its slowest replica's."""
+    seconds: dict[str, float] = {}
+    for rep in reports:
+        for name, value in rep["seconds"].items():
+            seconds[name] = max(seconds.get(name, 0.0), value)
+    line: dict[str, Any] = {"step": step, "time": now_iso(), "mode": mode, "step_s": step_s}
+    for rep in reports:
+        line.update(rep.get("stats", {}))
+    actor = [rep["actor"] for rep in reports if "actor" in rep]
+    tokens = sum(a["tokens"] for a in actor) or 1.0
+    line["pg_loss"] = sum(a["pg_loss_sum"] for a in actor) / tokens
+    line["kl"] = sum(a["kl_sum"] for a in actor) / tokens
+    line["clip_frac"] = sum(a["clipped_sum"] for a in actor) / tokens
+    line["grad_norm"] = actor[0]["grad_norm"] if actor else 0.0
+    critic = [rep["critic"] for rep in reports if "critic" in rep]
+    if critic:
+        line["vf_loss"] = sum(c["vf_loss_sum"] for c in critic) / (sum(c["vf_tokens"] for c in critic) or 1.0)
+    line["weight_sync_s"] = seconds.pop("weight_sync", 0.0)
+    line["seconds"] = seconds
+    line["tokens_per_s"] = line.get("response_tokens", 0) / step_s if step_s > 0 else 0.0
+    if seconds.get("generation"):
+        line["generation_tokens_per_s"] = line.get("response_tokens", 0) / seconds["generation"]
+    if any("actor_checksum" in rep for rep in reports):
+        line["actor_checksum"] = next(rep["actor_checksum"] for rep in reports if "actor_checksum" in rep)
+        line["engine_checksums"] = sorted({rep["engine_checksum"] for rep in reports if "engine_checksum" in rep})
+    return line
+
+
+def _setup_process(run: RunDir, rank: int) -> None:
+    """Prefixed, teed output; a pid file the launcher can stop; quiet HF progress bars; one thread per core."""
+    run.logs.mkdir(parents=True, exist_ok=True)
+    log = open(run.log(rank, "log"), "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (lives as long as the process)
+    sys.stdout = _Prefixed(sys.stdout, f"[rank {rank}] ", log)  # type: ignore[assignment]
+    sys.stderr = _Prefixed(sys.stderr, f"[rank {rank}] ", log)  # type: ignore[assignment]
+    run.log(rank, "pid").write_text(f"{os.getpid()}\n")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _die_with_parent()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hetrl-worker", description="One hetrl RL worker process.")
+    parser.add_argument("--run-dir", required=True)
+    args = parser.parse_args(argv)
+    run = RunDir(args.run_dir)
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    _setup_process(run, rank)
+    try:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))))
+        manifest = load_artifact_manifest(run)
+        plan = load_artifact(run.plan, Plan)
+        if len(manifest.devices) != world:
+            raise RuntimeError(f"launched with WORLD_SIZE={world} but the plan has {len(manifest.devices)} devices")
+        prepare_models(run, plan)  # before torch.distributed: transformers saves only on rank 0 once it is up
+        comm.init_world(manifest.backend, manifest.collective_timeout_s)
+        Worker(run, plan, manifest, rank).run()
+        run.log(rank, "done").write_text(now_iso() + "\n")
+        return 0
+    except BaseException as exc:
+        run.log(rank, "error").write_text(traceback.format_exc())
+        print(f"worker failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        traceback.print_exc()
+        return 1
+    finally:
+        _shutdown()
+
+
+def prepare_models(run: RunDir, plan: Plan) -> None:
+    """Build (or find) every built-in model the workload names, on this host, before the process groups exist."""
+    from hetrl_cli.runtime.tinymodel import resolve_model_dir
+
+    for role in ("actor", "reference", "critic", "reward"):
+        spec = plan.workload.model_for(role)  # type: ignore[arg-type]
+        if spec is not None:
+            resolve_model_dir(spec.path, spec.arch, run.models, plan.workload.seed)
+
+
+def load_artifact_manifest(run: RunDir) -> LaunchManifest:
+    return LaunchManifest.model_validate_json(run.manifest.read_text(encoding="utf-8"))
+
+
+def _shutdown() -> None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Hand-written plans for the runtime tests: a workload plus, per task, its (device, batch share) replicas."""
+
+from __future__ import annotations
+
+from hetrl_cli.artifacts.plan import Plan, PlanCost, Replica, SolverStats, TaskCost, TaskGroup, TaskPlan
+from hetrl_cli.artifacts.workload import ModelSpec, RLSpec, Workload
+
+Placement = dict[str, list[tuple[str, float]]]
+
+
+def tiny_workload(**overrides) -> Workload:
+    """The tiny model on the toy task, sized so a step takes well under a second on one CPU core."""
+    fields = {
+        "name": "tiny-test",
+        "algorithm": "grpo",
+        "actor": ModelSpec(arch="tiny"),
+        "prompts_per_step": 4,
+        "responses_per_prompt": 4,
+        "max_prompt_tokens": 32,
+        "max_response_tokens": 12,
+        "micro_batch": 16,
+        "precision": "fp32",
+        "dataset": {"kind": "toy"},
+        "reward_rule": "toy",
+        "rl": RLSpec(lr=3e-3, critic_lr=3e-3, kl_coef=0.001),
+    }
+    fields.update(overrides)
+    if fields["algorithm"] == "ppo" and "critic" not in overrides:
+        fields["critic"] = ModelSpec(arch="tiny")
+    return Workload(**fields)
+
+
+def hand_plan(workload: Workload, placement: Placement, name: str = "hand") -> Plan:
+    """A Plan that places each task on the given devices (TP=PP=1); tasks on the same device set share a group."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for task, replicas in placement.items():
+        groups.setdefault(tuple(sorted({d for d, _ in replicas})), []).append(task)
+    group_name = {devices: f"g{i}" for i, devices in enumerate(groups)}
+    tasks = []
+    for task, replicas in placement.items():
+        devices = tuple(sorted({d for d, _ in replicas}))
+        tasks.append(
+            TaskPlan(
+                task=task,
+                group=group_name[devices],
+                tp=1,
+                pp=1,
+                dp=len(replicas),
+                replicas=[Replica(stages=[[d]], batch_share=s, layer_split=[2]) for d, s in replicas],
+                predicted=TaskCost(compute_s=0.1, total_s=0.1),
+            )
+        )
+    return Plan(
+        name=name,
+        created_at="2026-12-02T00:00:00Z",
+        profile_name="localhost-2cpu",
+        profile_fingerprint="sha256:test",
+        workload=workload,
+        groups=[TaskGroup(name=group_name[d], tasks=t, devices=list(d)) for d, t in groups.items()],
+        tasks=tasks,
+        cost=PlanCost(iteration_s=1.0, samples_per_s=16.0, tokens_per_s=192.0, weight_sync_s=0.01),
+        solver=SolverStats(solver="manual", status="heuristic"),
+    )
+
+
+def on(device: str, tasks, share: float = 1.0) -> Placement:
+    return {t: [(device, share)] for t in tasks}
+
+
+GRPO_TASKS = ("generation", "reference", "reward", "actor_train")
+PPO_TASKS = ("generation", "reference", "reward", "critic_inference", "actor_train", "critic_train")
+D0, D1 = "localhost/0", "localhost/1"
+
+
+def colocated(workload: Workload) -> Plan:
+    """Every task on both devices, uneven shares (0.25 / 0.75)."""
+    return hand_plan(workload, {t: [(D0, 0.25), (D1, 0.75)] for t in workload.tasks}, name="colocated")
+
+
+def disaggregated(workload: Workload) -> Plan:
+    """Generation alone on device 0, everything else on device 1."""
+    placement = on(D0, ["generation"]) | on(D1, [t for t in workload.tasks if t != "generation"])
+    return hand_plan(workload, placement, name="disaggregated")

