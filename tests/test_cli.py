@@ -85,3 +85,19 @@ def test_debug_flag_shows_traceback(hetrl, tmp_path: Path) -> None:
     result = hetrl("--debug", "show", str(tmp_path / "nope.json"))
     assert result.returncode != 0
     assert "Traceback" in result.stderr
+
+
+def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    # `hetrl show -` blocks reading stdin: interrupt it there, as a user pressing Ctrl-C would.
+    hetrl = str(Path(sys.executable).with_name("hetrl"))
+    proc = subprocess.Popen([hetrl, "show", "-"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.strip().endswith("hetrl: interrupted")
+    assert "Traceback" not in err

@@ -297,10 +297,14 @@ def run(
     _stderr_console().print(f"run {summary.run_id}: {summary.status}, {summary.steps} steps{per_step}")
 
 
+INTERRUPTED = 130  # the shell convention: 128 + SIGINT
+
+
 def main() -> None:
     """Entry point: run the app, turning HetrlError into one line on stderr and its exit code."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click *returns* the code of a typer.Exit raised inside a command.
+        code = app(standalone_mode=False)
     except HetrlError as exc:
         if _state["debug"]:
             raise
@@ -308,12 +312,12 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("hetrl: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
-        print("hetrl: aborted", file=sys.stderr)
-        sys.exit(1)
+    except typer.Abort:  # click turns Ctrl-C (KeyboardInterrupt) into Abort
+        print("hetrl: interrupted", file=sys.stderr)
+        sys.exit(INTERRUPTED)
     except typer.TyperException as exc:  # usage errors from the (vendored) click parser
         show = getattr(exc, "show", None)
         if show is not None:
@@ -321,3 +325,6 @@ def main() -> None:
         else:
             print(f"hetrl: error: {exc}", file=sys.stderr)
         sys.exit(getattr(exc, "exit_code", 2))
+    if code == INTERRUPTED:  # typer's vendored click reports Ctrl-C by returning 130, silently
+        print("hetrl: interrupted", file=sys.stderr)
+    sys.exit(code if isinstance(code, int) else 0)
