@@ -28,6 +28,10 @@ demo: setup
 	$(VENV)/bin/hetrl profile examples/localhost.txt -o profiles/localhost.json
 	$(VENV)/bin/hetrl plan profiles/localhost.json --workload examples/tiny-grpo.yaml --budget 10s -o plans/localhost.json
 	$(VENV)/bin/hetrl show plans/localhost.json
+	$(VENV)/bin/hetrl run plans/localhost.json --steps 30 --run-dir runs/demo --engine hf
+	@echo "and the default workload (Qwen3-8B GRPO) on the paper's 64-GPU multi-region cluster:"
+	$(VENV)/bin/hetrl plan profiles/paper-multi-region-hybrid.json --solver hybrid --budget 20s -o plans/paper-mrh-demo.json
+	$(VENV)/bin/hetrl show plans/paper-mrh-demo.json --profile profiles/paper-multi-region-hybrid.json
 
 test: setup
 	$(PY) -m pytest

@@ -297,6 +297,15 @@ def run(
     _stderr_console().print(f"run {summary.run_id}: {summary.status}, {summary.steps} steps{per_step}")
 
 
+def _add_subapps() -> None:
+    """Command groups that live beside their library (their modules import nothing heavy at top level)."""
+    from hetrl_cli.emulate.cli import emulate_app
+
+    app.add_typer(emulate_app, name="emulate")
+
+
+_add_subapps()
+
 INTERRUPTED = 130  # the shell convention: 128 + SIGINT
 
 

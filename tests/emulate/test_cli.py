@@ -1,0 +1,39 @@
+"""The ready-to-wire typer sub-app: commands, help, and errors passed through as HetrlError (the main app
+turns them into one line and an exit code)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from hetrl_cli.emulate.cli import emulate_app
+from hetrl_cli.errors import BadInput
+
+
+def wired() -> typer.Typer:
+    """As the lead wires it: `app.add_typer(emulate_app, name="emulate")`."""
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        pass
+
+    app.add_typer(emulate_app, name="emulate")
+    return app
+
+
+def test_help_lists_up_and_down() -> None:
+    result = CliRunner().invoke(wired(), ["emulate", "--help"])
+    assert result.exit_code == 0
+    assert "up" in result.output and "down" in result.output and "docs/emulate.md" in result.output
+
+
+def test_up_with_a_bad_spec_raises_bad_input_before_touching_anything(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts: [{name: x, region: r, cpu: 1, colour: blue}]\n")
+    result = CliRunner().invoke(wired(), ["emulate", "up", str(bad), "--state-dir", str(tmp_path / "s")])
+    assert isinstance(result.exception, BadInput)
+    assert str(result.exception) == f"{bad}: field 'hosts.0.colour': Extra inputs are not permitted"
+    assert not (tmp_path / "s").exists()
