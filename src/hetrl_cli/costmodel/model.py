@@ -149,6 +149,9 @@ class CostModel:
         self.workload = workload
         self.calibration = calibration or {}
         self.links = Links(profile, self.calibration.get("link_class"))
+        self.task_overhead_s: dict[str, float] = dict(self.calibration.get("task_overhead_s", {}))
+        """Calibration: fixed seconds per step added to a task's `overhead` term (and to the weight sync under
+        `weight_sync`) — launch and Python overhead that dominates tiny models and no efficiency factor expresses."""
         self._init_devices()
         self._init_workload()
         self._l1: dict[tuple, TaskEstimate] = {}
@@ -159,6 +162,11 @@ class CostModel:
         self._hop_cache: dict[tuple[tuple[str, ...], tuple[str, ...]], LinkInfo] = {}
         self._params_cache: dict[tuple, float] = {}
         self._flops_cache: dict[tuple, float] = {}
+        self._split_cache: dict[tuple, tuple[int, ...]] = {}
+        self._rep_cache: dict[tuple, _Rep] = {}
+        self._static_cache: dict[tuple, tuple] = {}
+        self._shape_cache: dict[tuple, tuple] = {}
+        self._others_cache: dict[tuple, dict[str, float]] = {}
 
     # ---- set-up ---------------------------------------------------------------------------------------------
     def _init_devices(self) -> None:
@@ -428,20 +436,22 @@ class CostModel:
     # ---- one task -------------------------------------------------------------------------------------------
     def _task(self, placement: TaskPlacement, group_tasks: tuple) -> TaskEstimate:
         task = placement.task
-        dc = self.device_class
-        try:  # 1) device ids → classes (what the class-level cache is keyed by)
-            rep_key = tuple(tuple(tuple(dc[d] for d in st) for st in rep) for rep in placement.replicas)
-        except KeyError as exc:
-            bad = f"{task} uses device {exc.args[0]} that the profile does not have; check the profile"
-            return TaskEstimate(placement, TaskCost(total_s=math.inf), {}, bad)
-        devs = placement.devices
-        if len(set(devs)) != len(devs):
-            dup = next(d for d in devs if devs.count(d) > 1)
-            bad = f"{task} uses device {dup} twice; each tasklet needs its own device"
-            return TaskEstimate(placement, TaskCost(total_s=math.inf), {}, bad)
+        # 1) device ids → classes (what the class-level cache is keyed by), once per device layout
+        shape = self._shape_cache.get(placement.replicas)
+        if shape is None:
+            shape = self._shape_cache[placement.replicas] = self._layout_classes(placement)
+        rep_key, bad = shape
+        if bad is not None:
+            return TaskEstimate(placement, TaskCost(total_s=math.inf), {}, task + bad)
         # 2) what the group's other tasks keep resident on these devices
         names = frozenset(t if isinstance(t, str) else t.task for t in group_tasks) - {task}
-        others_dev = self._others_resident(placement, group_tasks, names) if group_tasks else {}
+        if group_tasks:
+            okey = (task, placement.replicas, group_tasks)
+            others_dev = self._others_cache.get(okey)
+            if others_dev is None:
+                others_dev = self._others_cache[okey] = self._others_resident(placement, group_tasks, names)
+        else:
+            others_dev = {}
         if others_dev:
             others_key = tuple(
                 tuple(max(others_dev.get(d, 0.0) for d in st) for st in rep) for rep in placement.replicas
@@ -488,6 +498,19 @@ class CostModel:
                 "use more devices, ZeRO sharding, recompute or offload"
             )
         return TaskEstimate(filled, ce.cost, memory, violation, terms=ce.terms, links=ce.links)
+
+    def _layout_classes(self, placement: TaskPlacement) -> tuple[tuple | None, str | None]:
+        """(device classes per replica/stage, None), or (None, why the ids cannot be used: follows the task name)."""
+        dc = self.device_class
+        try:
+            rep_key = tuple(tuple(tuple(dc[d] for d in st) for st in rep) for rep in placement.replicas)
+        except KeyError as exc:
+            return None, f" uses device {exc.args[0]} that the profile does not have; check the profile"
+        devs = placement.devices
+        if len(set(devs)) != len(devs):
+            dup = next(d for d in devs if devs.count(d) > 1)
+            return None, f" uses device {dup} twice; each tasklet needs its own device"
+        return rep_key, None
 
     def _shape_problem(
         self,
@@ -575,7 +598,15 @@ class CostModel:
 
     def _splits_for(self, placement: TaskPlacement) -> tuple[tuple[int, ...], ...]:
         rep_key = self._rep_key(placement)
-        return tuple(self._balanced_split(placement.task, tuple(self._stage(s) for s in rep)) for rep in rep_key)
+        return tuple(self._split_of(placement.task, rep, tuple(self._stage(s) for s in rep)) for rep in rep_key)
+
+    def _split_of(self, task: str, classes: tuple[tuple[int, ...], ...], stages: tuple[_Stage, ...]) -> tuple[int, ...]:
+        """_balanced_split, cached by the replica's device classes (what the stages are made of)."""
+        key = (task, classes)
+        hit = self._split_cache.get(key)
+        if hit is None:
+            hit = self._split_cache[key] = self._balanced_split(task, stages)
+        return hit
 
     # ---- class-level estimate -------------------------------------------------------------------------------
     def _stage(self, classes: tuple[int, ...]) -> _Stage:
@@ -712,7 +743,7 @@ class CostModel:
             others = tuple((0.0,) * len(rep) for rep in rep_key)
         stages = [tuple(self._stage(s) for s in rep) for rep in rep_key]
         if splits is None:
-            splits = tuple(self._balanced_split(task, st) for st in stages)
+            splits = tuple(self._split_of(task, rep_key[r], stages[r]) for r in range(len(rep_key)))
         dp = len(rep_key)
 
         # replicas with the same device classes, split and co-resident bytes behave identically:
@@ -723,7 +754,14 @@ class CostModel:
 
         def run(k: int, share: float) -> _Rep:
             r = first[k]
-            return self._replica(task, stages[r], splits[r], share * self.n_samples, others[r], offload, names, dp)
+            n_seq = share * self.n_samples
+            key = (task, rep_key[r], splits[r], n_seq, others[r], offload, names, dp)
+            hit = self._rep_cache.get(key)
+            if hit is None:
+                hit = self._rep_cache[key] = self._replica(
+                    task, rep_key[r], stages[r], splits[r], n_seq, others[r], offload, names, dp
+                )
+            return hit
 
         if shares is None:
             shares, reps = self._balance(kinds, run)
@@ -740,6 +778,8 @@ class CostModel:
         links = dict(reps[crit].links)
         if task in TRAIN_TASKS:
             self._add_train_sync(task, rep_key, stages, splits, terms, links, offload)
+        if self.task_overhead_s.get(task):
+            terms["overhead"] = terms.get("overhead", 0.0) + self.task_overhead_s[task]
         total = sum(terms.values())
         cost = TaskCost.model_construct(
             compute_s=terms.get("compute", 0.0),
@@ -789,21 +829,77 @@ class CostModel:
         _, share, reps = best
         return tuple(share[k] for k in kinds), [reps[k] for k in kinds]
 
-    def _replica(self, task, stages, split, n_seq, others, offload, names, dp) -> _Rep:
+    def _replica(self, task, classes, stages, split, n_seq, others, offload, names, dp) -> _Rep:
         if task == "generation":
-            return self._gen_replica(stages, split, n_seq, others, offload, names)
-        return self._fwd_replica(task, stages, split, n_seq, offload, names, dp)
+            return self._gen_replica(classes, stages, split, n_seq, others, offload, names)
+        return self._fwd_replica(task, classes, stages, split, n_seq, offload, names, dp)
 
     # ---- generation -----------------------------------------------------------------------------------------
-    def _gen_replica(self, stages, split, n_seq, others, offload, names) -> _Rep:
-        """Prefill (compute bound, chunked) + continuous-batching decode (each step max(compute, HBM traffic))."""
+    def _gen_replica(self, classes, stages, split, n_seq, others, offload, names) -> _Rep:
+        """Prefill (compute bound, chunked) + continuous-batching decode (each step max(compute, HBM traffic)).
+
+        Everything but the batch-dependent arithmetic is computed once per (classes, split, resident state)
+        in _gen_static; the expressions below keep the reference evaluation order (bit-for-bit results)."""
+        key = (classes, split, others, offload, names)
+        g = self._static_cache.get(key)
+        if g is None:
+            g = self._static_cache[key] = self._gen_static(stages, split, others, offload, names)
+        pp, h, cap, per_stage, prefill, static_tail = g
+        P, Rm, Rt = self.prompt_tokens, self.resp_mean, self.resp_tail
+        batch = max(1.0, min(math.floor(cap) if cap >= 1 else 1.0, C.MAX_NUM_SEQS, max(n_seq, 1e-9)))
+        steps = max(Rt, n_seq * Rm / batch + Rt - Rm)
+        avg_batch = n_seq * Rm / steps
+        ctx = P + Rm / 2
+        mb = avg_batch / pp  # pp micro-batches in flight (vLLM virtual engines)
+        msg = mb * h * self.act_bytes
+        best = None
+        for p, (fpt, c_den, wd, kvd, m_den, ar_mult, tp, ar_link, hop) in enumerate(per_stage):
+            c = mb * fpt / c_den
+            m = (wd + mb * ctx * kvd) / m_den
+            tpc = ar_mult * allreduce_s(msg, tp, ar_link)
+            p2p = 0.0 if hop is None else p2p_s(msg, hop)
+            step = max(c, m) + tpc + p2p
+            if best is None or step > best[0]:
+                best = (step, c, max(0.0, m - c), tpc, p2p, p)
+        assert best is not None
+        _, c, m_extra, tpc, p2p, crit = best
+        k = steps * pp
+        terms = {
+            "compute": k * c,
+            "memory": k * m_extra,
+            "tp_comm": k * tpc,
+            "pp_p2p": k * p2p,
+            "overhead": steps * C.DECODE_STEP_OVERHEAD_S,
+        }
+        # prefill: prompt tokens in chunks of MAX_NUM_BATCHED_TOKENS; the slowest stage sets the pace
+        slow_tok, bubble_tok, split_slow, slow_tp, slow_link, hop01 = prefill
+        prompt_tokens = n_seq * P
+        chunk = min(float(C.MAX_NUM_BATCHED_TOKENS), prompt_tokens)
+        chunks = prompt_tokens / chunk if chunk > 0 else 0.0
+        terms["compute"] += prompt_tokens * slow_tok
+        terms["bubble"] = bubble_tok * chunk
+        chunk_msg = chunk * h * self.act_bytes
+        terms["tp_comm"] += chunks * 2 * split_slow * allreduce_s(chunk_msg, slow_tp, slow_link)
+        if hop01 is not None:
+            terms["pp_p2p"] += chunks * p2p_s(chunk_msg, hop01)
+        offload_s, labels, pp_label, stage_bytes, parts, mem_violation = static_tail
+        links = {"tp_comm": labels[crit]}
+        if pp_label is not None:
+            links["pp_p2p"] = pp_label
+        if offload_s is not None:  # weights reloaded from host memory each step
+            terms["offload"] = offload_s
+        return _Rep(sum(terms.values()), terms, stage_bytes, parts, links, None, mem_violation)
+
+    def _gen_static(self, stages, split, others, offload, names) -> tuple:
+        """The batch-independent part of _gen_replica: memory per stage (weights, KV per token, work space),
+        the KV-bound sequence cap, and per-stage speeds, links and FLOPs per token."""
         arch = self.arch["generation"]
         w = self.workload
         pp = len(stages)
         wb = weight_bytes_per_param(w)
         kv_b = DTYPE_BYTES[w.precision]
         h = arch.hidden_size
-        P, Rm, Rt = self.prompt_tokens, self.resp_mean, self.resp_tail
+        P, Rm = self.prompt_tokens, self.resp_mean
         footprint = P + Rm  # constants.KV_FOOTPRINT
         resident = weights_resident("generation", names, offload)
         weights_dev, kv_dev, work_dev, cap = [], [], [], math.inf
@@ -826,73 +922,102 @@ class CostModel:
             weights_dev.append(wd)
             kv_dev.append(kvd)
             work_dev.append(work)
-        batch = max(1.0, min(math.floor(cap) if cap >= 1 else 1.0, C.MAX_NUM_SEQS, max(n_seq, 1e-9)))
-        steps = max(Rt, n_seq * Rm / batch + Rt - Rm)
-        avg_batch = n_seq * Rm / steps
         ctx = P + Rm / 2
-        mb = avg_batch / pp  # pp micro-batches in flight (vLLM virtual engines)
-        best = None
+        per_stage = []
         for p, st in enumerate(stages):
             last = p == pp - 1
-            c = mb * self._stage_flops_per_token(arch, "lm", split[p], last, ctx) / (st.compute_Fps * C.DECODE_MFU)
-            m = (weights_dev[p] + mb * ctx * kv_dev[p]) / (st.mem_Bps * C.HBM_EFFICIENCY)
-            tpc = 2 * split[p] * allreduce_s(mb * h * self.act_bytes, st.tp, st.link)
-            p2p = 0.0 if last else p2p_s(mb * h * self.act_bytes, self._stage_link(st, stages[p + 1]))
-            step = max(c, m) + tpc + p2p
-            if best is None or step > best[0]:
-                best = (step, c, max(0.0, m - c), tpc, p2p, p)
-        assert best is not None
-        _, c, m_extra, tpc, p2p, crit = best
-        k = steps * pp
-        terms = {
-            "compute": k * c,
-            "memory": k * m_extra,
-            "tp_comm": k * tpc,
-            "pp_p2p": k * p2p,
-            "overhead": steps * C.DECODE_STEP_OVERHEAD_S,
-        }
-        # prefill: prompt tokens in chunks of MAX_NUM_BATCHED_TOKENS; the slowest stage sets the pace
-        prompt_tokens = n_seq * P
-        chunk = min(float(C.MAX_NUM_BATCHED_TOKENS), prompt_tokens)
-        chunks = prompt_tokens / chunk if chunk > 0 else 0.0
+            per_stage.append(
+                (
+                    self._stage_flops_per_token(arch, "lm", split[p], last, ctx),
+                    st.compute_Fps * C.DECODE_MFU,
+                    weights_dev[p],
+                    kv_dev[p],
+                    st.mem_Bps * C.HBM_EFFICIENCY,
+                    2 * split[p],
+                    st.tp,
+                    st.link,
+                    None if last else self._stage_link(st, stages[p + 1]),
+                )
+            )
         per_tok = [
             self._stage_flops_per_token(arch, "lm", split[p], p == pp - 1, P / 2) / (st.compute_Fps * C.PREFILL_MFU)
             for p, st in enumerate(stages)
         ]
         slow = max(range(pp), key=per_tok.__getitem__)
-        terms["compute"] += prompt_tokens * per_tok[slow]
-        terms["bubble"] = (sum(per_tok) - per_tok[slow]) * chunk
-        st = stages[slow]
-        terms["tp_comm"] += chunks * 2 * split[slow] * allreduce_s(chunk * h * self.act_bytes, st.tp, st.link)
-        if pp > 1:
-            hop = self._stage_link(stages[0], stages[1])
-            terms["pp_p2p"] += chunks * p2p_s(chunk * h * self.act_bytes, hop)
-        if not resident and "actor_train" not in names:  # weights reloaded from host memory each step
-            terms["offload"] = max(weights_dev) / C.HOST_DEVICE_Bps
-        links = {"tp_comm": stages[crit].link.label}
-        if pp > 1:
-            links["pp_p2p"] = self._stage_link(stages[0], stages[1]).label
+        prefill = (
+            per_tok[slow],
+            sum(per_tok) - per_tok[slow],
+            split[slow],
+            stages[slow].tp,
+            stages[slow].link,
+            self._stage_link(stages[0], stages[1]) if pp > 1 else None,
+        )
+        offload_s = None
+        if not resident and "actor_train" not in names:
+            offload_s = max(weights_dev) / C.HOST_DEVICE_Bps
+        labels = [st.link.label for st in stages]  # the critical decode stage's TP link (chosen per batch)
+        pp_label = self._stage_link(stages[0], stages[1]).label if pp > 1 else None
         stage_bytes = [st.memory_bytes * C.GEN_MEMORY_UTILIZATION - others[p] for p, st in enumerate(stages)]
         if mem_violation is not None:
             stage_bytes = [
                 max(b, weights_dev[p] + work_dev[p] + kv_dev[p] * footprint) for p, b in enumerate(stage_bytes)
             ]
         parts = ["weights + KV cache" for _ in stages]
-        return _Rep(sum(terms.values()), terms, stage_bytes, parts, links, None, mem_violation)
+        return pp, h, cap, per_stage, prefill, (offload_s, labels, pp_label, stage_bytes, parts, mem_violation)
 
     # ---- forward tasks (inference and training) -------------------------------------------------------------
-    def _fwd_replica(self, task, stages, split, n_seq, offload, names, dp) -> _Rep:
+    def _fwd_replica(self, task, classes, stages, split, n_seq, offload, names, dp) -> _Rep:
         """Micro-batched 1F1B pipeline: time = m · max_p t_p + (Σ_p t_p − max_p t_p), t_p = compute + TP
-        all-reduces + the send to the next stage (Narayanan et al. 2021, §2.2)."""
+        all-reduces + the send to the next stage (Narayanan et al. 2021, §2.2).
+
+        Per-stage speeds, links and FLOPs per token come from _fwd_static (once per classes and split) and
+        memory from _fwd_memory; the expressions keep the reference evaluation order (bit-for-bit results)."""
+        key = (task, classes, split)
+        g = self._static_cache.get(key)
+        if g is None:
+            g = self._static_cache[key] = self._fwd_static(task, stages, split)
+        per_stage, labels, pp_label, epochs, mult, micro_batch, h = g
+        m = max(1, math.ceil(n_seq / micro_batch - 1e-9))
+        mb_tok = n_seq * self.seq_mean / m
+        msg = mb_tok * h * self.act_bytes
+        times, parts_t = [], []
+        for fpt, c_den, ar_mult, tp, ar_link, p2p_mult, hop in per_stage:
+            c = mb_tok * mult * fpt / c_den
+            tpc = ar_mult * allreduce_s(msg, tp, ar_link)
+            hop_s = 0.0 if hop is None else p2p_mult * p2p_s(msg, hop)
+            times.append(c + tpc + hop_s)
+            parts_t.append((c, tpc, hop_s))
+        pp = len(per_stage)
+        crit = max(range(pp), key=times.__getitem__) if pp > 1 else 0
+        c, tpc, hop_s = parts_t[crit]
+        terms = {
+            "compute": epochs * m * c,
+            "tp_comm": epochs * m * tpc,
+            "pp_p2p": epochs * m * hop_s,
+            "bubble": epochs * (sum(times) - times[crit]),
+        }
+        links = {"tp_comm": labels[crit]}
+        if pp_label is not None:
+            links["pp_p2p"] = pp_label
+        if task in TRAIN_TASKS:  # memory depends on the micro-batch count only through min(m, pp)
+            mkey = (task, classes, split, names, offload, dp, min(m, pp))
+        else:
+            mkey = (task, classes, split, names, offload)
+        mem = self._static_cache.get(mkey)
+        if mem is None:
+            mem = self._static_cache[mkey] = self._fwd_memory(task, stages, split, m, offload, names, dp)
+        stage_bytes, parts, load_s = mem
+        if load_s:
+            terms["offload"] = load_s
+        return _Rep(sum(terms.values()), terms, stage_bytes, parts, links)
+
+    def _fwd_static(self, task, stages, split) -> tuple:
+        """The batch-independent timing inputs of _fwd_replica, per stage."""
         arch = self.arch[task]
         head = HEAD[task]
         w = self.workload
         train = task in TRAIN_TASKS
         pp = len(stages)
-        h = arch.hidden_size
-        m = max(1, math.ceil(n_seq / w.micro_batch - 1e-9))
-        mb_tok = n_seq * self.seq_mean / m
-        mb_tok_max = w.micro_batch * self.seq_max
         ctx = self.seq_mean / 2  # causal: a token attends to half the sequence on average
         epochs = w.ppo_epochs if train else 1
         if train:
@@ -902,26 +1027,32 @@ class CostModel:
             n_p2p = 2  # activation forward, its gradient backward
         else:
             mult, mfu, n_ar, n_p2p = 1.0, C.INFERENCE_MFU, 2, 1
-        msg = mb_tok * h * self.act_bytes
-        times, parts_t = [], []
+        per_stage = []
         for p, st in enumerate(stages):
             last = p == pp - 1
-            c = mb_tok * mult * self._stage_flops_per_token(arch, head, split[p], last, ctx) / (st.compute_Fps * mfu)
-            tpc = n_ar * split[p] * allreduce_s(msg, st.tp, st.link)
-            hop = 0.0 if last else n_p2p * p2p_s(msg, self._stage_link(st, stages[p + 1]))
-            times.append(c + tpc + hop)
-            parts_t.append((c, tpc, hop))
-        crit = max(range(pp), key=times.__getitem__)
-        c, tpc, hop = parts_t[crit]
-        terms = {
-            "compute": epochs * m * c,
-            "tp_comm": epochs * m * tpc,
-            "pp_p2p": epochs * m * hop,
-            "bubble": epochs * (sum(times) - times[crit]),
-        }
-        links = {"tp_comm": stages[crit].link.label}
-        if pp > 1:
-            links["pp_p2p"] = self._stage_link(stages[0], stages[1]).label
+            per_stage.append(
+                (
+                    self._stage_flops_per_token(arch, head, split[p], last, ctx),
+                    st.compute_Fps * mfu,
+                    n_ar * split[p],
+                    st.tp,
+                    st.link,
+                    n_p2p,
+                    None if last else self._stage_link(st, stages[p + 1]),
+                )
+            )
+        labels = [st.link.label for st in stages]
+        pp_label = self._stage_link(stages[0], stages[1]).label if pp > 1 else None
+        return per_stage, labels, pp_label, epochs, mult, w.micro_batch, arch.hidden_size
+
+    def _fwd_memory(self, task, stages, split, m, offload, names, dp) -> tuple[list[float], list[str], float]:
+        """Peak bytes per stage, what they are, and the weight reload time of an offloaded inference task."""
+        arch = self.arch[task]
+        head = HEAD[task]
+        w = self.workload
+        train = task in TRAIN_TASKS
+        pp = len(stages)
+        mb_tok_max = w.micro_batch * self.seq_max
         stage_bytes, parts = [], []
         wb = weight_bytes_per_param(w)
         shares_trainer = task == "critic_inference" and "critic_train" in names  # runs on the trainer's weights
@@ -940,9 +1071,7 @@ class CostModel:
                 b, what = wts + work + logits, "activations" if shares_trainer else "weights + activations"
             stage_bytes.append(b)
             parts.append(what)
-        if load_s:
-            terms["offload"] = load_s
-        return _Rep(sum(terms.values()), terms, stage_bytes, parts, links)
+        return stage_bytes, parts, load_s
 
     def _train_stage_bytes(self, arch, head, split, p, st, params_dev, m, mb_tok_max, dp, offload):
         """Peak bytes on a training stage's device: model states (ZeRO-sharded) + 1F1B activations + logits."""
@@ -1064,6 +1193,7 @@ class CostModel:
         if remote:
             remote_s, label = self._broadcast_tree_s(known_t, remote, nbytes)
         total = max(local_s, remote_s) + arch.tensor_count("lm") * C.WEIGHT_SYNC_PER_TENSOR_S
+        total += self.task_overhead_s.get("weight_sync", 0.0)
         return total, label
 
     def _broadcast_tree_s(self, train: Sequence[str], gen: Sequence[str], nbytes: float) -> tuple[float, str]:

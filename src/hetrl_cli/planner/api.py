@@ -44,8 +44,11 @@ def make_plan(
     max_evals: int | None = None,
     seed: int = 0,
     name: str | None = None,
+    calibration: dict | None = None,
 ) -> Plan:
-    """Plan `workload` on `profile` with `solver` ('auto', 'ilp', 'hybrid', 'verl', 'streamrl')."""
+    """Plan `workload` on `profile` with `solver` ('auto', 'ilp', 'hybrid', 'verl', 'streamrl').
+
+    `calibration` is `Calibration.factors()` (hetrl calibrate): the cost model every solver scores with."""
     from hetrl_cli.costmodel.model import CostModel
     from hetrl_cli.planner.tables import Tables
 
@@ -53,7 +56,7 @@ def make_plan(
         raise BadInput(f"unknown solver {solver!r}; choose one of: {', '.join(SOLVERS)}")
     if budget_s <= 0:
         raise BadInput(f"budget must be positive, got {budget_s} s")
-    cost_model = CostModel(profile, workload)
+    cost_model = CostModel(profile, workload, calibration)
     tables = Tables(cost_model, profile, workload)
     check_feasible(tables)
     plan_name = name or f"{profile.name}-{solver}"
@@ -144,10 +147,9 @@ def run_ilp(tables, budget_s: float, max_evals, seed: int, bases, report) -> Out
 
 def run_hybrid(tables, budget_s: float, max_evals, seed: int, bases, report) -> Outcome:
     from hetrl_cli.planner.hybrid import Budget, Hybrid, genome_of
-    from hetrl_cli.planner.tables import Tables
 
-    quick = Tables(tables.cm, tables.profile, tables.workload, depths=1, joint_keep=1)
-    search = Hybrid(quick, seed)
+    quick = tables.variant(depths=1, joint_keep=1)  # shares the task cache; `tables` (full) polishes
+    search = Hybrid(quick, seed, full=tables)
     seeds = [(tuple(g.tasks for g in b.groups), genome_of(search, [g.devices for g in b.groups])) for b in bases]
     budget = Budget(None if max_evals is not None else budget_s, max_evals)
     result = search.run(budget, seeds, progress=lambda text, _f: report(text))
