@@ -6,7 +6,7 @@ with the real runtime. Calibration is cross-fitted: the runs are split into two 
 run's calibrated prediction comes from the calibration fitted on the *other* fold (never on itself).
 
     .venv/bin/python bench/validate_local.py            # ~5 min on 2 cores
-    → bench/results/validate_local.json (docs/benchmarks-validate.md quotes it)
+    → bench/results/validate_local.json (docs/benchmarks.md quotes it)
 """
 
 from __future__ import annotations
