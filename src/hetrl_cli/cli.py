@@ -170,6 +170,9 @@ def plan(
         str | None, typer.Option("-o", "--output", help="Where to write the plan ('-' = stdout).")
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="Plan name (default: profile name).")] = None,
+    calibration: Annotated[
+        str | None, typer.Option("--calibration", help="Calibration JSON from 'hetrl calibrate' for this profile.")
+    ] = None,
 ) -> None:
     """Choose task grouping, devices and TP/PP/DP per task that minimise predicted iteration time."""
     from hetrl_cli.artifacts.io import load_artifact, save_artifact
@@ -185,9 +188,19 @@ def plan(
         console.print(f"using the newest profile: {profile_file}")
     cluster = load_artifact(profile_file, ClusterProfile)
     workload = load_workload(workload_file) if workload_file else Workload()
+    factors = _calibration_factors(calibration, cluster.fingerprint or cluster.compute_fingerprint())
     from hetrl_cli.planner.api import make_plan
 
-    result = make_plan(cluster, workload, solver=solver, budget_s=budget_s, max_evals=max_evals, seed=seed, name=name)
+    result = make_plan(
+        cluster,
+        workload,
+        solver=solver,
+        budget_s=budget_s,
+        max_evals=max_evals,
+        seed=seed,
+        name=name,
+        calibration=factors,
+    )
     target = output or f"plans/{result.name}.json"
     save_artifact(result, target)
     if target != "-":
@@ -232,8 +245,11 @@ def simulate(
     ] = None,
     workload_file: Annotated[Path | None, typer.Option("--workload", "-w", help="Re-score with this workload.")] = None,
     output: Annotated[str, typer.Option("-o", "--output", help="Where to write the re-scored plan.")] = "-",
+    calibration: Annotated[
+        str | None, typer.Option("--calibration", help="Calibration JSON from 'hetrl calibrate' for the profile.")
+    ] = None,
 ) -> None:
-    """Re-score a plan with the cost model, optionally on another profile or workload."""
+    """Re-score a plan with the cost model, optionally on another profile or workload or with a calibration."""
     from hetrl_cli.artifacts.io import load_artifact, save_artifact
     from hetrl_cli.artifacts.plan import Plan
     from hetrl_cli.artifacts.profile import ClusterProfile
@@ -243,7 +259,100 @@ def simulate(
     base = load_artifact(plan_file, Plan)
     cluster = load_artifact(profile_file, ClusterProfile) if profile_file else None
     workload = load_workload(workload_file) if workload_file else None
-    save_artifact(rescore(base, profile=cluster, workload=workload), output)
+    fingerprint = (cluster.fingerprint or cluster.compute_fingerprint()) if cluster else base.profile_fingerprint
+    factors = _calibration_factors(calibration, fingerprint)
+    save_artifact(rescore(base, profile=cluster, workload=workload, calibration=factors), output)
+
+
+def _calibration_factors(path: str | None, profile_fingerprint: str) -> dict | None:
+    """The cost-model dict of a calibration file (BadInput when it was made for another profile)."""
+    if path is None:
+        return None
+    from hetrl_cli.calibration.fit import load_calibration
+
+    return load_calibration(path, profile_fingerprint).factors()
+
+
+@app.command()
+def validate(
+    target: Annotated[str, typer.Argument(help="Plan JSON to run, or a run directory (runs/ID) to re-report.")],
+    steps: Annotated[int, typer.Option("--steps", help="Steps to run (a plan only).")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", help="First steps left out of the medians.")] = 1,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run directory (default runs/PLAN-TIME).")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="Rollout engine: hf | vllm | auto.")] = "auto",
+    calibration: Annotated[
+        str | None, typer.Option("--calibration", help="Predict with this calibration (re-scores the plan).")
+    ] = None,
+    profile_file: Annotated[
+        str | None, typer.Option("--profile", help="Profile for --calibration (default profiles/NAME.json).")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the Validation on stdout, nothing else.")] = False,
+) -> None:
+    """Run a plan for a few steps (or read a finished run) and compare predicted with measured seconds."""
+    from hetrl_cli.artifacts.io import load_artifact, save_artifact
+    from hetrl_cli.artifacts.plan import Plan
+    from hetrl_cli.calibration.validate import VALIDATION_FILE, validate_plan, validate_run
+
+    console = _stderr_console()
+    if Path(target).is_dir():
+        path = Path(target)
+    else:
+        plan_obj = load_artifact(target, Plan)
+        path, _ = validate_plan(plan_obj, steps, warmup, run_dir, engine, echo=lambda line: console.print(line))
+    if calibration is not None:
+        from hetrl_cli.calibration.fit import find_profile, load_calibration
+        from hetrl_cli.costmodel.simulate import rescore
+
+        plan_obj = load_artifact(path / "plan.json", Plan)
+        cluster = find_profile(plan_obj, profile_file)
+        factors = load_calibration(calibration, cluster.fingerprint or cluster.compute_fingerprint()).factors()
+        scored = rescore(plan_obj, cluster, calibration=factors)
+        result = validate_run(path, warmup, scored=scored, predictions=f"calibration:{calibration}")
+    else:
+        result = validate_run(path, warmup)
+    if json_out:
+        save_artifact(result, "-")
+        return
+    from rich.console import Console
+
+    from hetrl_cli.render.validation import print_validation
+
+    print_validation(result, Console())
+    console.print(f"wrote {path / VALIDATION_FILE}")
+
+
+@app.command()
+def calibrate(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories (runs/ID) of plans on one profile.")],
+    output: Annotated[
+        str | None, typer.Option("-o", "--output", help="Where to write it (default profiles/NAME.calibration.json).")
+    ] = None,
+    profile_file: Annotated[
+        str | None, typer.Option("--profile", help="The runs' profile (default profiles/NAME.json).")
+    ] = None,
+    warmup: Annotated[int, typer.Option("--warmup", help="First steps left out of the medians.")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the Calibration on stdout, nothing else.")] = False,
+) -> None:
+    """Fit the cost model's efficiency factors and fixed overheads from measured runs."""
+    from hetrl_cli.artifacts.io import save_artifact
+    from hetrl_cli.calibration.fit import find_profile, fit_calibration
+    from hetrl_cli.calibration.validate import load_run
+
+    runs = [(d.resolve().name, *load_run(d)) for d in run_dirs]
+    cluster = find_profile(runs[0][1], profile_file)
+    result = fit_calibration(runs, cluster, warmup)
+    if json_out:
+        save_artifact(result, "-")
+        return
+    target = output or f"profiles/{cluster.name}.calibration.json"
+    save_artifact(result, target)
+    if target != "-":
+        from rich.console import Console
+
+        from hetrl_cli.render.validation import print_calibration
+
+        print_calibration(result, Console())
+        _stderr_console().print(f"wrote {target}")
 
 
 @app.command()
@@ -270,9 +379,19 @@ def run(
     verify_weights: Annotated[
         bool, typer.Option("--verify-weights", help="Log trainer/engine weight checksums every step (slow).")
     ] = False,
+    hosts_file: Annotated[
+        Path | None,
+        typer.Option("--hosts", help="hosts.txt the profile was made from: how to reach the plan's hosts over SSH."),
+    ] = None,
+    known_hosts: Annotated[
+        Path | None, typer.Option("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts).")
+    ] = None,
+    ssh_timeout: Annotated[
+        str, typer.Option("--ssh-timeout", help="Limit of each SSH operation (connect, preflight, stop).")
+    ] = "60s",
     json_out: Annotated[bool, typer.Option("--json", help="Print the RunSummary on stdout.")] = False,
 ) -> None:
-    """Execute a plan: PPO/GRPO workers laid out as the plan says (single host today), into runs/ID/."""
+    """Execute a plan: PPO/GRPO workers laid out as the plan says (over SSH with --hosts), into runs/ID/."""
     from hetrl_cli.artifacts.io import load_artifact, save_artifact
     from hetrl_cli.artifacts.plan import Plan
     from hetrl_cli.runtime.api import RunOptions, run_plan
@@ -287,6 +406,9 @@ def run(
         collective_timeout_s=parse_duration(collective_timeout),
         python=python or sys.executable,
         verify_weights=verify_weights,
+        hosts_file=hosts_file,
+        known_hosts=known_hosts,
+        ssh_timeout_s=parse_duration(ssh_timeout),
     )
     summary = run_plan(load_artifact(plan_file, Plan), options)
     if json_out:

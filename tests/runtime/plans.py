@@ -72,12 +72,12 @@ PPO_TASKS = ("generation", "reference", "reward", "critic_inference", "actor_tra
 D0, D1 = "localhost/0", "localhost/1"
 
 
-def colocated(workload: Workload) -> Plan:
+def colocated(workload: Workload, d0: str = D0, d1: str = D1) -> Plan:
     """Every task on both devices, uneven shares (0.25 / 0.75)."""
-    return hand_plan(workload, {t: [(D0, 0.25), (D1, 0.75)] for t in workload.tasks}, name="colocated")
+    return hand_plan(workload, {t: [(d0, 0.25), (d1, 0.75)] for t in workload.tasks}, name="colocated")
 
 
-def disaggregated(workload: Workload) -> Plan:
-    """Generation alone on device 0, everything else on device 1."""
-    placement = on(D0, ["generation"]) | on(D1, [t for t in workload.tasks if t != "generation"])
+def disaggregated(workload: Workload, d0: str = D0, d1: str = D1) -> Plan:
+    """Generation alone on device d0, everything else on device d1 (pass devices of two hosts for multi-host)."""
+    placement = on(d0, ["generation"]) | on(d1, [t for t in workload.tasks if t != "generation"])
     return hand_plan(workload, placement, name="disaggregated")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from hetrl_cli.artifacts.io import save_artifact
-from hetrl_cli.errors import BadInput, HetrlError
-from hetrl_cli.runtime.api import check_runnable
+from hetrl_cli.errors import BadInput
+from hetrl_cli.runtime.api import RunOptions, check_runnable, run_plan
 from hetrl_cli.runtime.layout import Layout, apportion, plan_devices, supported
 
 from .plans import D0, D1, GRPO_TASKS, colocated, disaggregated, hand_plan, on, tiny_workload
@@ -68,20 +68,21 @@ def test_supported_lists_tp_and_pp() -> None:
         check_runnable(tp)
 
 
-def test_multi_host_plans_are_refused() -> None:
+def test_multi_host_plans_need_a_hosts_file() -> None:
     plan = hand_plan(tiny_workload(), on("gpu-a/0", GRPO_TASKS) | {"generation": [("gpu-b/0", 1.0)]})
-    with pytest.raises(HetrlError, match="multi-host launch is not implemented yet"):
-        check_runnable(plan)
+    check_runnable(plan)  # runnable: the shapes are fine, only the way to reach the hosts is missing
+    with pytest.raises(BadInput, match=r"spans hosts gpu-b, gpu-a: pass --hosts hosts\.txt"):
+        run_plan(plan, RunOptions(steps=1))
 
 
 def test_hetrl_run_refusals_exit_with_one_line(hetrl, tmp_path: Path) -> None:
     multi = hand_plan(tiny_workload(), on("gpu-a/0", GRPO_TASKS) | {"generation": [("gpu-b/0", 1.0)]}, name="two")
     save_artifact(multi, tmp_path / "multi.json")
     result = hetrl("run", tmp_path / "multi.json", "--run-dir", tmp_path / "r", cwd=tmp_path)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.strip() == (
-        "hetrl: error: plan 'two' spans hosts gpu-b, gpu-a: multi-host launch is not implemented yet; "
-        "plan for one host for now"
+        "hetrl: error: plan 'two' spans hosts gpu-b, gpu-a: pass --hosts hosts.txt (the file 'hetrl profile' used) "
+        "so run can reach them over SSH"
     )
     result = hetrl("run", tmp_path / "multi.json", "--engine", "tpu", cwd=tmp_path)
     assert result.returncode == 2

@@ -12,19 +12,12 @@ shlex.quote, and a local host runs its probe as an argument list without a shell
 
 from __future__ import annotations
 
-import base64
-import getpass
-import hashlib
 import json
-import logging
 import os
 import secrets
 import select
-import shlex
-import socket
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -39,6 +32,15 @@ from hetrl_cli.artifacts.profile import ClusterProfile, Device, Host, IntraLink,
 from hetrl_cli.errors import RemoteError
 from hetrl_cli.profiling.links import LinkOverride, apply_overrides, fully_given, load_link_overrides
 from hetrl_cli.profiling.probe import QUICK_ENV
+from hetrl_cli.remote.ssh import (
+    CommandTimeout,
+    Completed,
+    HostFailure,
+    KnownHosts,
+    connect,
+    host_python,
+)
+from hetrl_cli.remote.ssh import remote_command as remote_command  # re-exported: tests and callers use it here
 
 FULL_MEASURE_PAIRS_UP_TO = 8
 """Up to this many hosts every pair is measured; beyond it a sample (see `choose_pairs`)."""
@@ -71,13 +73,6 @@ class ProfileOptions:
 # ---- running commands on a host --------------------------------------------------------------------------
 
 
-@dataclass
-class Completed:
-    rc: int
-    stdout: str
-    stderr: str
-
-
 class Started(Protocol):
     """A long-running command (the netbench server) whose first stdout line the launcher waits for."""
 
@@ -90,18 +85,6 @@ class Executor(Protocol):
     def run(self, argv: list[str], timeout_s: float) -> Completed: ...
     def start(self, argv: list[str], timeout_s: float) -> Started: ...
     def close(self) -> None: ...
-
-
-class CommandTimeout(Exception):
-    """A command on a host ran past its timeout."""
-
-
-def remote_command(argv: list[str]) -> str:
-    """A shell command line from an argument list, every part quoted; a leading `~/` in the interpreter
-    path becomes "$HOME"/ (quoting would stop the shell from expanding it)."""
-    head, *rest = argv
-    quoted_head = '"$HOME"/' + shlex.quote(head[2:]) if head.startswith("~/") else shlex.quote(head)
-    return " ".join([quoted_head, *(shlex.quote(a) for a in rest)])
 
 
 class LocalExecutor:
@@ -163,207 +146,7 @@ class _LocalStarted:
                 stream.close()
 
 
-class SshExecutor:
-    """Runs commands on a host over one fabric connection (opened, with host-key checks, by `connect`)."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    def run(self, argv: list[str], timeout_s: float) -> Completed:
-        from invoke.exceptions import CommandTimedOut
-
-        try:
-            result = self.conn.run(remote_command(argv), hide=True, warn=True, timeout=timeout_s, in_stream=False)
-        except CommandTimedOut:
-            raise CommandTimeout from None
-        return Completed(result.exited, result.stdout, result.stderr)
-
-    def start(self, argv: list[str], timeout_s: float) -> Started:
-        channel = self.conn.client.get_transport().open_session(timeout=timeout_s)
-        channel.settimeout(timeout_s)
-        channel.exec_command(remote_command(argv))
-        return _SshStarted(channel)
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class _SshStarted:
-    def __init__(self, channel: Any) -> None:
-        self.channel = channel
-
-    def readline(self, timeout_s: float) -> str:
-        self.channel.settimeout(timeout_s)
-        data = b""
-        try:
-            while not data.endswith(b"\n"):
-                part = self.channel.recv(4096)
-                if not part:
-                    break
-                data += part
-        except TimeoutError:
-            raise CommandTimeout from None
-        return data.decode(errors="replace")
-
-    def stderr_text(self) -> str:
-        chunks = []
-        while self.channel.recv_stderr_ready():
-            chunks.append(self.channel.recv_stderr(4096))
-        return b"".join(chunks).decode(errors="replace")
-
-    def close(self) -> None:
-        # The server sees its stdin close and exits (--exit-on-eof); its own lifetime bounds it regardless.
-        self.channel.close()
-
-
-# ---- SSH connection and host keys -------------------------------------------------------------------------
-
-
-def key_fingerprint(key: Any) -> str:
-    """OpenSSH-style `SHA256:...` fingerprint of a paramiko key."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-class KnownHosts:
-    """The known_hosts file and the keys added to it during this run (reported, never silent)."""
-
-    def __init__(self, path: Path, accept_new: bool) -> None:
-        self.path = path
-        self.accept_new = accept_new
-        self.added: list[str] = []
-        self._lock = threading.Lock()
-
-    def policy(self) -> Any:
-        import paramiko
-
-        known = self
-
-        class Reject(paramiko.MissingHostKeyPolicy):
-            def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
-                raise UnknownHostKey(hostname, key)
-
-        class AddAndRecord(paramiko.MissingHostKeyPolicy):
-            def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
-                client.get_host_keys().add(hostname, key.get_name(), key)
-                known.append(hostname, key)
-
-        return AddAndRecord() if self.accept_new else Reject()
-
-    def append(self, hostname: str, key: Any) -> None:
-        """Append one `host keytype base64` line (ssh's own format), creating the file (and ~/.ssh) if needed."""
-        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-        with self._lock:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            old = self.path.read_bytes() if self.path.exists() else b""
-            needs_newline = bool(old) and not old.endswith(b"\n")
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.write(("\n" if needs_newline else "") + line)
-            self.added.append(f"added host key {hostname} {key.get_name()} {key_fingerprint(key)} to {self.path}")
-
-
-class UnknownHostKey(Exception):
-    """Raised by the strict policy for a host that is not in known_hosts."""
-
-    def __init__(self, hostname: str, key: Any) -> None:
-        super().__init__(hostname)
-        self.hostname = hostname
-        self.key = key
-
-
-def connect(entry: HostEntry, known: KnownHosts, timeout_s: float) -> SshExecutor:
-    """Open an SSH connection with strict host-key checking (no ssh_config, no stdin forwarding)."""
-    from fabric import Config, Connection
-
-    # paramiko logs transport errors (e.g. "Error reading SSH protocol banner") through logging's
-    # last-resort handler straight to stderr; our message already says it, in one line.
-    logging.getLogger("paramiko").addHandler(logging.NullHandler())
-    connect_kwargs: dict[str, Any] = {
-        "timeout": timeout_s,
-        "banner_timeout": timeout_s,
-        "auth_timeout": timeout_s,
-        "channel_timeout": timeout_s,
-    }
-    if entry.identity:
-        key_path = Path(entry.identity).expanduser()
-        if not key_path.is_file():
-            raise HostFailure(f"identity file {entry.identity} not found (identity= in {entry.source})")
-        # Only the named key: a key found elsewhere must not log in as someone unexpected.
-        connect_kwargs.update(key_filename=[str(key_path)], look_for_keys=False, allow_agent=False)
-    else:
-        connect_kwargs.update(look_for_keys=True, allow_agent=True)
-    config = Config(overrides={"load_ssh_configs": False, "run": {"in_stream": False}})
-    conn = Connection(
-        entry.host, user=entry.user or getpass.getuser(), port=entry.port, config=config, connect_kwargs=connect_kwargs
-    )
-    conn.client.set_missing_host_key_policy(known.policy())
-    if known.path.is_file():
-        conn.client.load_host_keys(str(known.path))
-    try:
-        conn.open()
-    except Exception as exc:
-        transport = conn.client.get_transport()
-        banner_seen = bool(getattr(transport, "remote_version", None))
-        conn.close()
-        raise HostFailure(explain_connect_error(exc, entry, known, timeout_s, banner_seen)) from None
-    return SshExecutor(conn)
-
-
-def _known_hosts_name(entry: HostEntry) -> str:
-    return entry.host if entry.port == 22 else f"[{entry.host}]:{entry.port}"
-
-
-def explain_connect_error(
-    exc: BaseException, entry: HostEntry, known: KnownHosts, timeout_s: float, banner_seen: bool = True
-) -> str:
-    """One sentence: what went wrong connecting, and what to do about it."""
-    import paramiko
-
-    where = f"{entry.host}:{entry.port}"
-    user = entry.user or getpass.getuser()
-    kh = _known_hosts_name(entry)
-    if isinstance(exc, UnknownHostKey):
-        return (
-            f"host key {exc.key.get_name()} {key_fingerprint(exc.key)} of {kh} is not in {known.path}: verify it "
-            f"and add it (ssh-keyscan -p {entry.port} {entry.host} >> {known.path}), or rerun with "
-            "--accept-new-host-keys"
-        )
-    if isinstance(exc, paramiko.BadHostKeyException):
-        return (
-            f"HOST KEY MISMATCH for {kh}: the server offered {exc.key.get_name()} {key_fingerprint(exc.key)}, "
-            f"{known.path} has {key_fingerprint(exc.expected_key)} (possible man-in-the-middle; if the host was "
-            f"reinstalled, remove the old key with ssh-keygen -R '{kh}' -f {known.path})"
-        )
-    if isinstance(exc, paramiko.AuthenticationException):
-        key = f"key {entry.identity}" if entry.identity else "the default keys and agent"
-        return (
-            f"SSH authentication failed for {user}@{where} with {key}: add the public key to that host's "
-            "authorized_keys or set identity= in hosts.txt"
-        )
-    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-        return f"connection refused at {where}: is sshd running there and is the port right?"
-    if isinstance(exc, socket.gaierror):
-        return f"cannot resolve host name {entry.host!r}: check the name or use an IP address"
-    if isinstance(exc, TimeoutError | socket.timeout):
-        return f"timed out after {timeout_s:g}s connecting to {where}: host down or port filtered? (--timeout)"
-    # paramiko may report a banner timeout as "No existing session": no server version seen says what it was.
-    if isinstance(exc, paramiko.SSHException) and ("banner" in str(exc).lower() or not banner_seen):
-        return f"no SSH banner from {where} within {timeout_s:g}s: not an SSH server, or overloaded (--timeout)"
-    return f"SSH connection to {where} failed: {type(exc).__name__}: {exc}"
-
-
-class HostFailure(Exception):
-    """A per-host failure; the message is the reason shown next to the host's name."""
-
-
 # ---- probing ----------------------------------------------------------------------------------------------
-
-
-def host_python(entry: HostEntry) -> str:
-    """The host's interpreter; for the local host the default is the one running hetrl."""
-    if entry.is_local and "python" not in entry.model_fields_set:
-        return sys.executable
-    return entry.python
 
 
 def probe_argv(entry: HostEntry, quick: bool) -> list[str]:

