@@ -291,7 +291,12 @@ def validate(
     """Run a plan for a few steps (or read a finished run) and compare predicted with measured seconds."""
     from hetrl_cli.artifacts.io import load_artifact, save_artifact
     from hetrl_cli.artifacts.plan import Plan
-    from hetrl_cli.calibration.validate import VALIDATION_FILE, validate_plan, validate_run
+    from hetrl_cli.calibration.validate import (
+        VALIDATION_FILE,
+        validate_plan,
+        validate_run,
+        validate_run_calibrated,
+    )
 
     console = _stderr_console()
     if Path(target).is_dir():
@@ -300,14 +305,7 @@ def validate(
         plan_obj = load_artifact(target, Plan)
         path, _ = validate_plan(plan_obj, steps, warmup, run_dir, engine, echo=lambda line: console.print(line))
     if calibration is not None:
-        from hetrl_cli.calibration.fit import find_profile, load_calibration
-        from hetrl_cli.costmodel.simulate import rescore
-
-        plan_obj = load_artifact(path / "plan.json", Plan)
-        cluster = find_profile(plan_obj, profile_file)
-        factors = load_calibration(calibration, cluster.fingerprint or cluster.compute_fingerprint()).factors()
-        scored = rescore(plan_obj, cluster, calibration=factors)
-        result = validate_run(path, warmup, scored=scored, predictions=f"calibration:{calibration}")
+        result = validate_run_calibrated(path, warmup, calibration, profile_file)
     else:
         result = validate_run(path, warmup)
     if json_out:

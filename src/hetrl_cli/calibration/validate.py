@@ -129,6 +129,20 @@ def validate_run(
     return validation
 
 
+def validate_run_calibrated(
+    run_dir: str | Path, warmup: int, calibration_file: str, profile_file: str | None = None
+) -> Validation:
+    """Validate a run against its plan re-scored with a calibration (made for the plan's profile)."""
+    from hetrl_cli.calibration.fit import find_profile, load_calibration
+    from hetrl_cli.costmodel.simulate import rescore
+
+    plan, _ = load_run(run_dir)
+    cluster = find_profile(plan, profile_file)
+    factors = load_calibration(calibration_file, cluster.fingerprint or cluster.compute_fingerprint()).factors()
+    scored = rescore(plan, cluster, calibration=factors)
+    return validate_run(run_dir, warmup, scored=scored, predictions=f"calibration:{calibration_file}")
+
+
 def validate_plan(
     plan: Plan,
     steps: int,
