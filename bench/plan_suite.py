@@ -26,21 +26,9 @@ MODES = ("sync", "async")
 
 
 def workload(model: str, algorithm: str, mode: str):
-    from hetrl_cli.artifacts.workload import ModelSpec, Workload
+    from hetrl_cli.artifacts.workload import paper_workload
 
-    spec = ModelSpec(arch=f"qwen3-{model}")
-    return Workload(
-        name=f"gsm8k-qwen3-{model}-{algorithm}-{mode}",
-        algorithm=algorithm,
-        mode=mode,
-        actor=spec,
-        critic=spec if algorithm == "ppo" else None,
-        reward=spec,
-        prompts_per_step=128,
-        responses_per_prompt=8,
-        max_prompt_tokens=1024,
-        max_response_tokens=1024,
-    )
+    return paper_workload(model, algorithm, mode)
 
 
 def run_setting(args: tuple[str, str, str, str, float, list[float]]) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hetrl_cli.artifacts.io import load_artifact
 from hetrl_cli.artifacts.profile import ClusterProfile
-from hetrl_cli.artifacts.workload import ModelSpec, Workload
+from hetrl_cli.artifacts.workload import Workload, paper_workload
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
 
@@ -35,20 +35,7 @@ CALIBRATION = {
 
 def workloads() -> dict[str, tuple[Workload, dict | None]]:
     def wl(model: str, algorithm: str, mode: str = "sync", **kw) -> Workload:
-        spec = ModelSpec(arch=f"qwen3-{model}")
-        return Workload(
-            name=f"speed-{model}-{algorithm}",
-            algorithm=algorithm,
-            mode=mode,
-            actor=spec,
-            critic=spec if algorithm == "ppo" else None,
-            reward=spec,
-            prompts_per_step=128,
-            responses_per_prompt=8,
-            max_prompt_tokens=1024,
-            max_response_tokens=1024,
-            **kw,
-        )
+        return paper_workload(model, algorithm, mode, name=f"speed-{model}-{algorithm}", **kw)
 
     return {
         "ppo-8b": (wl("8b", "ppo"), None),

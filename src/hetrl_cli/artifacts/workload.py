@@ -175,3 +175,26 @@ def load_workload(path: str | Path) -> Workload:
         return Workload.model_validate(data)
     except ValidationError as exc:
         raise BadInput(format_validation_error(where, exc)) from None
+
+
+def paper_workload(model: str, algorithm: Algorithm, mode: Mode = "sync", **overrides: object) -> Workload:
+    """The HetRL paper's evaluation job (PAPER.md section 6): GSM8K, prompts and responses up to 1024 tokens,
+    8 responses per prompt, 1024 samples a step, the same Qwen3 size for every role (reward model included).
+
+    >>> paper_workload("8b", "ppo").critic.arch
+    'qwen3-8b'
+    """
+    spec = ModelSpec(arch=f"qwen3-{model}")
+    fields: dict[str, object] = {
+        "name": f"gsm8k-qwen3-{model}-{algorithm}-{mode}",
+        "algorithm": algorithm,
+        "mode": mode,
+        "actor": spec,
+        "critic": spec if algorithm == "ppo" else None,
+        "reward": spec,
+        "prompts_per_step": 128,
+        "responses_per_prompt": 8,
+        "max_prompt_tokens": 1024,
+        "max_response_tokens": 1024,
+    }
+    return Workload(**{**fields, **overrides})
