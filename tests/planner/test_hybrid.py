@@ -63,3 +63,29 @@ def test_baselines_pass_uniform_shares():
             assert {round(r.batch_share, 9) for r in task.replicas} == {round(1 / task.dp, 9)}
     verl = make_plan(profile, workload("grpo", "sync"), solver="verl", budget_s=10)
     assert len(verl.groups) == 1 and len(verl.groups[0].devices) == 4
+
+
+def test_constructive_split_and_rebalance(tiny_profile):
+    """The constructive split uses every device with at least one block per group; rebalancing keeps every
+    group non-empty; the quick tables share the full ones' task cache."""
+    import random
+
+    from hetrl_cli.planner.hybrid import Budget, Hybrid
+    from hetrl_cli.planner.space import groupings
+
+    w = workload("grpo", "sync")
+    full = Tables(CostModel(tiny_profile, w), tiny_profile, w)
+    quick = full.variant(depths=1, joint_keep=1)
+    assert quick._task is full._task and quick.depths == 1 and full.depths == 3
+    search = Hybrid(quick, 0, full=full)
+    unit = min(b.size for b in search.blocks)
+    budget = Budget(None, 100)
+    for grouping in groupings(quick.tasks):
+        split = search.constructive(grouping, unit)
+        if split is None:
+            continue
+        assert sum(split) == search.n_devices and min(split) >= unit
+        cand = search.evaluate(grouping, search.initial(split, random.Random(0), 0), budget)
+        child = search.rebalance(grouping, cand, random.Random(1))
+        if child is not None:
+            assert set(range(len(grouping))) <= set(child) and child != list(cand.genome)

@@ -1,16 +1,25 @@
 """The multi-level (hybrid) search of PAPER.md §5: nested successive halving over L1 (task groupings, the
 arms) and L2 (device-count splits, the sub-arms), and a genetic search over L3 (which devices each group gets).
 
-- A *genome* gives every block of devices an owner group (or none). Blocks are half sub-hosts (whole
-  sub-hosts of 1 device), so the genome space contains every ILP pool at `half` granularity and more
-  (several partial sub-hosts per class, blocks of one class spread over many groups).
-- Mutations: swap the owners of two blocks of different groups (L3, count-preserving), move one block to
-  another group (L2 drift), and swap two blocks inside one group's stage order is not needed: the tables
-  choose each task's TP/PP degrees and stage order (L4, L5) exactly for the group's devices, so no
-  TP/PP/DP mutation is left to guess.
+- A *genome* gives every block of devices an owner group (or none). Blocks are whole sub-hosts on clusters
+  of WHOLE_HOSTS_FROM sub-hosts or more, else half sub-hosts, so the genome space contains every ILP pool
+  at `host` granularity (and more: blocks of one class spread over many groups).
+- Each grouping's first split is *constructive*: whole device classes per group (the two best class plans
+  by a work-to-capacity proxy, `class_plans`), else devices in proportion to the groups' work (each task's
+  fastest time alone on the whole cluster), so the first evaluation of a grouping is already a sensible plan.
+- Mutations: rebalance by measured time (move a block from the group with the most slack, or from the idle
+  blocks, to the group whose speed-up shortens the iteration most; trade a fast block of the donor for a
+  slow one of the bottleneck; or shed the bottleneck's slowest block to the donor), swap the owners of two
+  blocks (L3, count-preserving), move one block to another owner (L2 drift), move every block one owner
+  has in a class to another owner (class move).
+- L4/L5: the quick tables (shallowest fitting pipeline) choose each task's TP/PP during the search; every
+  candidate within POLISH_MARGIN of the best so far is *polished*: re-scored with the full tables (the
+  ILP's layout rule: DEPTHS fitting depths per TP degree), the faster of the two kept. The last
+  FINAL_SHARE of the budget polishes the best unpolished candidates of all splits.
 - Successive halving: each round every surviving grouping spends its budget on its surviving splits; the
-  worse half of the groupings is dropped; survivors' budgets double; each survivor keeps the better half of
-  its splits.
+  worse half of the groupings is dropped; survivors' budgets double; each survivor keeps the better half
+  of its explored splits. The first cycle grows only each grouping's constructive split (the mutations
+  move device counts from there); later cycles all splits.
 - Deterministic: all randomness comes from `random.Random(seed)`; with `max_evals` the result depends only
   on (profile, workload, seed, max_evals). With only a wall-clock budget, the number of evaluations a
   machine manages decides where the search stops, so results can differ between machines.
@@ -27,7 +36,7 @@ from dataclasses import dataclass, field
 
 from hetrl_cli.artifacts.workload import TaskName
 from hetrl_cli.planner.space import DeviceClass, groupings
-from hetrl_cli.planner.tables import GroupOption, Tables
+from hetrl_cli.planner.tables import GroupOption, Tables, compose
 
 Subset = tuple[TaskName, ...]
 IDLE = -1
@@ -39,6 +48,12 @@ FIRST_ROUND = 2
 """Evaluations per split in the first round (later rounds double)."""
 WHOLE_HOSTS_FROM = 6
 """From this many sub-hosts on, genomes move whole sub-hosts (smaller clusters: half sub-hosts)."""
+POLISH_MARGIN = 0.03
+"""Candidates within this share of the best plan so far are re-scored with the full layout tables."""
+REBALANCE = 0.5
+"""Share of mutations that rebalance by measured group time (the rest are random L2/L3 moves)."""
+FINAL_SHARE = 0.1
+"""Share of the budget kept for polishing the best unpolished candidates at the end."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,7 @@ class Candidate:
     genome: tuple[int, ...]
     score: float
     options: list[GroupOption] | None
+    polished: bool = False
 
 
 @dataclass
@@ -64,6 +80,10 @@ class Arm:
     split: tuple[int, ...]
     population: list[Candidate] = field(default_factory=list)
     rng: random.Random = field(default_factory=random.Random)
+    seeds: list[list[int]] = field(default_factory=list)
+    """Constructive genomes dealt before the class-by-class ones."""
+    dealt: int = 0
+    """Initial genomes made so far."""
 
     @property
     def best(self) -> float:
@@ -82,26 +102,40 @@ class HybridResult:
 
 
 class Budget:
-    """Evaluations and/or wall-clock seconds; `spent()` says when to stop."""
+    """Evaluations and/or wall-clock seconds; `spent()` says when to stop. While `searching`, the last
+    FINAL_SHARE of the budget is held back (for polishing the best candidates)."""
 
     def __init__(self, budget_s: float | None, max_evals: int | None) -> None:
-        self.deadline = None if budget_s is None else time.monotonic() + budget_s
+        now = time.monotonic()
+        self.deadline = None if budget_s is None else now + budget_s
+        self.search_deadline = None if budget_s is None else now + budget_s * (1 - FINAL_SHARE)
         self.max_evals = max_evals
+        self.search_evals = None if max_evals is None else max_evals - int(max_evals * FINAL_SHARE)
         self.evals = 0
+        self.searching = True
 
     def spent(self) -> bool:
-        if self.max_evals is not None and self.evals >= self.max_evals:
+        evals, deadline = (self.max_evals, self.deadline)
+        if self.searching:
+            evals, deadline = self.search_evals, self.search_deadline
+        if evals is not None and self.evals >= evals:
             return True
-        return self.deadline is not None and time.monotonic() >= self.deadline
+        return deadline is not None and time.monotonic() >= deadline
 
 
 class Hybrid:
-    def __init__(self, tables: Tables, seed: int) -> None:
+    def __init__(self, tables: Tables, seed: int, full: Tables | None = None) -> None:
+        """`tables`: the quick tables the search scores with; `full`: the tables candidates are polished with
+        (None: no polishing)."""
         self.tables = tables
+        self.full = full
         self.seed = seed
         self.classes: list[DeviceClass] = tables.classes
         self.blocks = _blocks(self.classes)
         self.n_devices = sum(b.size for b in self.blocks)
+        self._work: dict[TaskName, float] | None = None
+        self.polishing = False
+        """Polish during the search: off in the first round (every grouping's first plans, the costly ones)."""
 
     # --- genomes -> plans ----------------------------------------------------------------------
 
@@ -121,25 +155,155 @@ class Hybrid:
                 canonical.extend(c.devices[i][: len(devs)])
         return tuple(actual), tuple(canonical)
 
-    def evaluate(self, grouping: tuple[Subset, ...], genome: Sequence[int], budget: Budget) -> Candidate:
+    def evaluate(
+        self, grouping: tuple[Subset, ...], genome: Sequence[int], budget: Budget, tables: Tables | None = None
+    ) -> Candidate:
+        from hetrl_cli.planner.ilp import relabel
+
+        tables = tables or self.tables
         budget.evals += 1
         options = []
         for g, subset in enumerate(grouping):
             actual, canonical = self.devices_of(genome, g)
             if not actual:
                 return Candidate(tuple(genome), math.inf, None)
-            option = self.tables.group_option(subset, canonical)
+            option = tables.group_option(subset, canonical)
             if option is None:
                 return Candidate(tuple(genome), math.inf, None)
-            from hetrl_cli.planner.ilp import relabel
-
             options.append(relabel(option, dict(zip(canonical, actual, strict=True))))
-        return Candidate(tuple(genome), self.tables.score(grouping, options), options)
+        return Candidate(tuple(genome), tables.score(grouping, options), options)
+
+    def polish(self, grouping: tuple[Subset, ...], cand: Candidate, budget: Budget) -> Candidate:
+        """The candidate re-scored with the full layout tables (more pipeline depths per TP degree) if that is
+        faster; marked polished either way."""
+        if self.full is None or cand.polished or budget.spent():
+            return cand
+        full = self.evaluate(grouping, cand.genome, budget, self.full)
+        if full.options is not None and full.score < cand.score:
+            full.polished = True
+            return full
+        cand.polished = True
+        return cand
+
+    # --- measured time: who is the bottleneck, who has slack -----------------------------------
+
+    def pressure(self, grouping: tuple[Subset, ...], options: Sequence[GroupOption]) -> tuple[int, list[float]]:
+        """(the group whose 10 % speed-up shortens the iteration most, each group's slack: how much slower
+        it could run, as a share, before the iteration grows; capped at 1). Pure arithmetic over compose()."""
+        weight_sync, boundary = self.tables.terms(grouping, options)
+        mode, floor = self.tables.workload.mode, self.tables.floor
+
+        def cost(scale: dict[int, float]) -> float:
+            phases = [[p * scale.get(g, 1.0) for p in o.phase_s] for g, o in enumerate(options)]
+            return compose(mode, grouping, phases, weight_sync, boundary, floor)
+
+        base = cost({})
+        gains = [base - cost({g: 0.9}) for g in range(len(grouping))]
+        bottleneck = max(range(len(grouping)), key=lambda g: (gains[g], -g))
+        slack = []
+        for g in range(len(grouping)):
+            lo, hi = 1.0, 2.0
+            if cost({g: hi}) <= base * (1 + 1e-9):
+                slack.append(1.0)
+                continue
+            for _ in range(8):
+                mid = (lo + hi) / 2
+                if cost({g: mid}) <= base * (1 + 1e-9):
+                    lo = mid
+                else:
+                    hi = mid
+            slack.append(lo - 1.0)
+        return bottleneck, slack
+
+    def rebalance(self, grouping: tuple[Subset, ...], parent: Candidate, rng: random.Random) -> list[int] | None:
+        """Move a block from the idle blocks or the group with the most slack (the donor) to the bottleneck
+        group, trade the donor's fastest block for the bottleneck's slowest, or shed the bottleneck's slowest
+        block to the donor (a straggler can slow a group down); None without options."""
+        if parent.options is None or (len(grouping) == 1 and IDLE not in parent.genome):
+            return None
+        child = list(parent.genome)
+        bottleneck, slack = self.pressure(grouping, parent.options)
+        donors = [g for g in range(len(grouping)) if g != bottleneck and child.count(g) > 1]
+        idle = [i for i, o in enumerate(child) if o == IDLE]
+        mine = [i for i, o in enumerate(child) if o == bottleneck]
+        if idle and (not donors or rng.random() < 0.5):
+            child[rng.choice(idle)] = bottleneck
+            return child
+        if not donors:
+            return None
+        best = max(slack[g] for g in donors)
+        donor = rng.choice([g for g in donors if slack[g] >= best - 1e-9])
+        theirs = [i for i, o in enumerate(child) if o == donor]
+        roll = rng.random()
+        if roll < 1 / 3 and mine:  # trade speed, keep counts: blocks are in class order (fastest first)
+            fast, slow = min(theirs, key=lambda i: self.blocks[i].cls), max(mine, key=lambda i: self.blocks[i].cls)
+            if self.blocks[fast].cls < self.blocks[slow].cls:
+                child[fast], child[slow] = bottleneck, donor
+                return child
+        if roll < 2 / 3 and len(mine) > 1:  # shed a straggler: the bottleneck's slowest block to the donor
+            slow = max(mine, key=lambda i: (self.blocks[i].cls, i))
+            child[slow] = donor
+            return child
+        child[rng.choice(theirs)] = bottleneck
+        return child
 
     # --- splits and initial genomes ------------------------------------------------------------
 
-    def splits(self, n_groups: int) -> list[tuple[int, ...]]:
-        """Device counts per group (and idle last) in units of whole sub-hosts, at most MAX_SPLITS, spread."""
+    def work(self) -> dict[TaskName, float]:
+        """Each device task's fastest time alone on the whole cluster (inf where it fits nowhere)."""
+        if self._work is None:
+            from hetrl_cli.planner.baselines import ordered_devices
+
+            devices = ordered_devices(self.tables)
+            self._work = {}
+            for task in self.tables.tasks:
+                fits = self.tables.alone(task, devices)
+                self._work[task] = min((f[0] for f in fits), default=math.inf)
+        return self._work
+
+    def constructive(self, grouping: tuple[Subset, ...], unit: int) -> tuple[int, ...] | None:
+        """Devices per group in proportion to the group's work (Σ of its tasks' times alone on the cluster),
+        in multiples of `unit`, every group at least one unit (largest remainders); None if it cannot be."""
+        work = self.work()
+        units = self.n_devices // unit
+        weights = [sum(work[t] for t in g) for g in grouping]
+        if units < len(grouping) or not all(math.isfinite(w) and w > 0 for w in weights):
+            return None
+        spare = units - len(grouping)
+        share = [spare * w / sum(weights) for w in weights]
+        counts = [1 + int(x) for x in share]
+        order = sorted(range(len(grouping)), key=lambda g: (-(share[g] - int(share[g])), g))
+        for g in order[: units - sum(counts)]:
+            counts[g] += 1
+        return tuple(c * unit for c in counts)
+
+    def counts(self, genome: Sequence[int], n_groups: int) -> tuple[int, ...]:
+        return tuple(sum(b.size for b, o in zip(self.blocks, genome, strict=True) if o == g) for g in range(n_groups))
+
+    def class_plans(self, grouping: tuple[Subset, ...], keep: int = 2) -> list[list[int]]:
+        """Genomes that give every device class wholly to one group (every group at least one class), best
+        first by a work-to-capacity proxy: max over groups of (Σ of its tasks' times alone on the cluster) /
+        (Σ of its classes' devices × TFLOP/s); at most `keep`. Empty when there are more groups than classes."""
+        work = self.work()
+        weights = [sum(work[t] for t in g) for g in grouping]
+        n, k = len(grouping), len(self.classes)
+        if n > k or k > 8 or not all(math.isfinite(w) and w > 0 for w in weights):
+            return []
+        capacity = [c.size * (c.speed_tflops or 1.0) for c in self.classes]
+        ranked = []
+        for assign in itertools.product(range(n), repeat=k):
+            if len(set(assign)) < n:
+                continue
+            cap = [0.0] * n
+            for cls, g in enumerate(assign):
+                cap[g] += capacity[cls]
+            ranked.append((max(w / c for w, c in zip(weights, cap, strict=True)), assign))
+        ranked.sort()
+        return [[assign[b.cls] for b in self.blocks] for _, assign in ranked[:keep]]
+
+    def splits(self, n_groups: int, grouping: tuple[Subset, ...] | None = None) -> list[tuple[int, ...]]:
+        """Device counts per group (and idle last) in units of whole sub-hosts, at most MAX_SPLITS, spread; the
+        constructive split of `grouping` first."""
         unit = max(1, min(b.size for b in self.blocks))
         units = self.n_devices // unit
         while units > 16 and unit * 2 <= self.n_devices // max(1, n_groups):
@@ -150,7 +314,11 @@ class Hybrid:
         if len(comps) > MAX_SPLITS:
             step = len(comps) / MAX_SPLITS
             comps = [comps[int(i * step)] for i in range(MAX_SPLITS)]
-        return [tuple(x * unit for x in c) for c in comps]
+        out = [tuple(x * unit for x in c) for c in comps]
+        first = self.constructive(grouping, unit) if grouping is not None and out else None
+        if first is not None:
+            out = [first, *(c for c in out if c != first)][: max(MAX_SPLITS, 1)]
+        return out
 
     def initial(self, split: tuple[int, ...], rng: random.Random, kind: int) -> list[int]:
         """A genome with (about) `split` devices per group: blocks dealt class by class (fastest first,
@@ -191,6 +359,8 @@ class Hybrid:
         """L3 swap of two blocks' owners (count-preserving), L2 drift of one block to another owner (or
         idle), or a class move: every block one owner holds in a device class goes to another owner."""
         child = list(genome)
+        if not child:
+            return child
         owners = [*range(n_groups), IDLE]
         for _ in range(1 + (rng.random() < 0.3)):
             i = rng.randrange(len(child))
@@ -222,9 +392,14 @@ class Hybrid:
         root = random.Random(self.seed)
         arms: dict[int, list[Arm]] = {}
         for gi, grouping in enumerate(all_groupings):
-            splits = self.splits(len(grouping))
+            splits = self.splits(len(grouping), grouping)
             if splits:  # a grouping with more groups than blocks has none
                 arms[gi] = [Arm(split, rng=random.Random(root.random())) for split in splits]
+                plans = self.class_plans(grouping)
+                if plans:  # first: whole device classes per group, the constructive genomes
+                    counts = self.counts(plans[0], len(grouping))
+                    rest = [a for a in arms[gi] if a.split != counts]
+                    arms[gi] = [Arm(counts, rng=random.Random(root.random()), seeds=plans), *rest[: MAX_SPLITS - 1]]
         best: tuple[float, int, Candidate] | None = None
 
         def consider(gi: int, cand: Candidate) -> None:
@@ -232,70 +407,117 @@ class Hybrid:
             if cand.options is not None and (best is None or cand.score < best[0] - 1e-12):
                 best = (cand.score, gi, cand)
 
+        def best_score() -> float:
+            return math.inf if best is None else best[0]
+
         for grouping, genome in seeds:
             gi = all_groupings.index(grouping)
             cand = self.evaluate(grouping, genome, budget)
             if gi not in arms:
-                counts = tuple(
-                    sum(b.size for b, o in zip(self.blocks, genome, strict=True) if o == g)
-                    for g in range(len(grouping))
-                )
-                arms[gi] = [Arm(counts, rng=random.Random(root.random()))]
+                arms[gi] = [Arm(self.counts(genome, len(grouping)), rng=random.Random(root.random()))]
             arms[gi][0].population.append(cand)
             consider(gi, cand)
         rounds = cycle = 0
-        while not budget.spent():  # one successive-halving cycle after another (budgets doubling per cycle)
-            alive = list(arms)
-            live_arms = {gi: list(arms[gi]) for gi in alive}
-            per_arm = FIRST_ROUND * 2**cycle
-            cycle += 1
-            while alive and not budget.spent():
-                rounds += 1
-                for gi in alive:
-                    for arm in live_arms[gi]:
-                        self._grow(all_groupings[gi], arm, per_arm, budget, lambda c, gi=gi: consider(gi, c))
+
+        def search() -> None:
+            nonlocal rounds, cycle
+            while not budget.spent():  # one successive-halving cycle after another (budgets doubling per cycle)
+                alive = list(arms)
+                live_arms = {gi: list(arms[gi]) for gi in alive}
+                per_arm = FIRST_ROUND * 2**cycle
+                cycle += 1
+
+                width = 1 if cycle == 1 else MAX_SPLITS + 1  # the first cycle: only each grouping's constructive split
+
+                def active(gi: int, live_arms=live_arms, width=width) -> list[Arm]:
+                    return live_arms[gi][:width]
+
+                while alive and not budget.spent():
+                    rounds += 1
+                    self.polishing = rounds > 1
+                    for gi in alive:
+                        for arm in active(gi):
+                            grow = lambda c, gi=gi: consider(gi, c)  # noqa: E731
+                            self._grow(all_groupings[gi], arm, per_arm, budget, grow, best_score)
+                            if budget.spent():
+                                break
                         if budget.spent():
                             break
-                    if budget.spent():
+                    if progress and best is not None:
+                        text = f"hybrid: cycle {cycle} round {rounds}, {len(alive)} groupings, best {best[0]:.3g} s"
+                        progress(text, 0.0)
+                    if len(alive) == 1 and len(active(alive[0])) == 1:
                         break
-                if progress and best is not None:
-                    progress(f"hybrid: cycle {cycle} round {rounds}, {len(alive)} groupings, best {best[0]:.3g} s", 0.0)
-                if len(alive) == 1 and len(live_arms[alive[0]]) == 1:
+                    ranked = sorted(alive, key=lambda gi: (min(a.best for a in active(gi)), gi))
+                    alive = ranked[: max(1, (len(ranked) + 1) // 2)]
+                    for gi in alive:  # the better half of the explored splits; unexplored ones wait their turn
+                        explored = sorted((a for a in live_arms[gi] if a.population), key=lambda a: a.best)
+                        waiting = [a for a in live_arms[gi] if not a.population]
+                        live_arms[gi] = explored[: max(1, (len(explored) + 1) // 2)] + waiting
+                    per_arm *= 2
+
+        def polish_best() -> None:
+            """Polish the best unpolished candidates of all splits, best first, while the budget lasts."""
+            pending = [
+                (c.score, gi, c.genome, a, c)
+                for gi in arms
+                for a in arms[gi]
+                for c in a.population
+                if c.options is not None and not c.polished
+            ]
+            pending.sort(key=lambda p: p[:3])
+            for _, gi, _, arm, cand in pending:
+                if budget.spent():
                     break
-                ranked = sorted(alive, key=lambda gi: (min(a.best for a in live_arms[gi]), gi))
-                alive = ranked[: max(1, (len(ranked) + 1) // 2)]
-                for gi in alive:
-                    kept = sorted(live_arms[gi], key=lambda a: a.best)
-                    live_arms[gi] = kept[: max(1, (len(kept) + 1) // 2)]
-                per_arm *= 2
+                better = self.polish(all_groupings[gi], cand, budget)
+                if better is not cand:
+                    arm.population[next(i for i, c in enumerate(arm.population) if c is cand)] = better
+                consider(gi, better)
+
+        search()  # with FINAL_SHARE held back
+        budget.searching = False
+        polish_best()
+        search()  # whatever polishing left over
         seconds = time.monotonic() - start
         if best is None:
             return HybridResult(None, None, math.inf, budget.evals, seconds, rounds)
         score, gi, cand = best
         return HybridResult(all_groupings[gi], cand.options, score, budget.evals, seconds, rounds)
 
-    def _grow(self, grouping, arm: Arm, evals: int, budget: Budget, consider) -> None:
-        """Spend `evals` evaluations on one split: fill the population, then mutate the best genomes."""
+    def _grow(self, grouping, arm: Arm, evals: int, budget: Budget, consider, best: Callable[[], float]) -> None:
+        """Spend `evals` evaluations on one split: fill the population, then mutate rank-biased parents
+        (rebalancing by measured time or random moves); candidates near the best so far are polished."""
         n = len(grouping)
-        kind = len(arm.population)
-        while len(arm.population) < POPULATION and evals > 0 and not budget.spent():
-            genome = self.initial(arm.split, arm.rng, kind)
-            kind += 1
-            cand = self.evaluate(grouping, genome, budget)
-            arm.population.append(cand)
+
+        def admit(cand: Candidate) -> Candidate:
+            if self.polishing and cand.options is not None and cand.score <= best() * (1 + POLISH_MARGIN):
+                cand = self.polish(grouping, cand, budget)
             consider(cand)
+            return cand
+
+        while len(arm.population) < POPULATION and evals > 0 and not budget.spent():
+            kind = arm.dealt - len(arm.seeds)
+            genome = list(arm.seeds[arm.dealt]) if kind < 0 else self.initial(arm.split, arm.rng, kind)
+            arm.dealt += 1
+            arm.population.append(admit(self.evaluate(grouping, genome, budget)))
             evals -= 1
         seen = {c.genome for c in arm.population}
         while evals > 0 and not budget.spent():
             arm.population.sort(key=lambda c: c.score)
             parent = arm.population[min(int(arm.rng.random() ** 2 * len(arm.population)), len(arm.population) - 1)]
-            child = tuple(self.mutate(parent.genome, n, arm.rng))
+            child = None
+            if arm.rng.random() < REBALANCE:
+                child = self.rebalance(grouping, parent, arm.rng)
+                if child is not None:
+                    self._repair(child, n)
+            if child is None:
+                child = self.mutate(parent.genome, n, arm.rng)
+            child = tuple(child)
             evals -= 1
             if child in seen:
                 continue
             seen.add(child)
-            cand = self.evaluate(grouping, child, budget)
-            consider(cand)
+            cand = admit(self.evaluate(grouping, child, budget))
             if cand.score < arm.population[-1].score:
                 arm.population[-1] = cand
 
