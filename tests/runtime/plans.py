@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
+from pathlib import Path
+
 from hetrl_cli.artifacts.plan import Plan, PlanCost, Replica, SolverStats, TaskCost, TaskGroup, TaskPlan
 from hetrl_cli.artifacts.workload import ModelSpec, RLSpec, Workload
 
@@ -81,3 +86,19 @@ def disaggregated(workload: Workload, d0: str = D0, d1: str = D1) -> Plan:
     """Generation alone on device d0, everything else on device d1 (pass devices of two hosts for multi-host)."""
     placement = on(d0, ["generation"]) | on(d1, [t for t in workload.tasks if t != "generation"])
     return hand_plan(workload, placement, name="disaggregated")
+
+
+def interrupt_after_first_step(argv: list[str], run_dir: Path, deadline_s: float, cwd: Path | None = None):
+    """Start `hetrl run` (argv), press Ctrl-C once its first step is logged; -> (exit code, stderr)."""
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + deadline_s
+        while not (run_dir / "metrics.jsonl").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the run did not get to step 1"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, stderr

@@ -18,7 +18,7 @@ import pytest
 
 from hetrl_cli.artifacts.io import save_artifact
 
-from .plans import colocated, disaggregated, hand_plan, on, tiny_workload
+from .plans import colocated, disaggregated, hand_plan, interrupt_after_first_step, on, tiny_workload
 
 pytestmark = pytest.mark.slow
 HETRL = str(Path(sys.executable).with_name("hetrl"))
@@ -148,19 +148,10 @@ def test_ctrl_c_stops_every_host(two_hosts, tmp_path: Path) -> None:
     hosts, known, d0, d1 = two_hosts
     plan_file, run_dir = tmp_path / "plan.json", tmp_path / "run"
     save_artifact(colocated(tiny_workload(), d0, d1), plan_file)
-    proc = subprocess.Popen(run_args(plan_file, hosts, known, run_dir, "--steps", "1000"), cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not (run_dir / "metrics.jsonl").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the run did not get to step 1"
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr[-3000:]
+    returncode, stderr = interrupt_after_first_step(
+        run_args(plan_file, hosts, known, run_dir, "--steps", "1000"), run_dir, 120, cwd=tmp_path
+    )
+    assert returncode == 130, stderr[-3000:]
     assert stderr.splitlines()[-1] == "hetrl: error: run run: interrupted (Ctrl-C); every worker stopped on every host"
     assert pgrep(run_dir) == []
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"

@@ -17,7 +17,17 @@ import pytest
 
 from hetrl_cli.artifacts.io import save_artifact
 
-from .plans import D0, D1, GRPO_TASKS, colocated, disaggregated, hand_plan, on, tiny_workload
+from .plans import (
+    D0,
+    D1,
+    GRPO_TASKS,
+    colocated,
+    disaggregated,
+    hand_plan,
+    interrupt_after_first_step,
+    on,
+    tiny_workload,
+)
 
 pytestmark = pytest.mark.slow
 HETRL = str(Path(sys.executable).with_name("hetrl"))
@@ -164,19 +174,10 @@ def test_run_timeout_stops_every_worker(hetrl, tmp_path: Path) -> None:
 def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     plan_file, run_dir = tmp_path / "plan.json", tmp_path / "run"
     save_artifact(colocated(tiny_workload()), plan_file)
-    proc = subprocess.Popen([HETRL, "run", str(plan_file), "--engine", "hf", "--steps", "1000", "--run-dir",
-                             str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 90
-        while not (run_dir / "metrics.jsonl").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the run did not get to step 1"
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130
+    returncode, stderr = interrupt_after_first_step(
+        [HETRL, "run", str(plan_file), "--engine", "hf", "--steps", "1000", "--run-dir", str(run_dir)], run_dir, 90
+    )
+    assert returncode == 130
     assert stderr.splitlines()[-1] == "hetrl: error: run run: interrupted (Ctrl-C); every worker stopped"
     assert run_processes(run_dir) == []
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
