@@ -78,14 +78,18 @@ def mixed_profile() -> ClusterProfile:
     )
 
 
+GRPO_SMALL = Workload(
+    actor={"arch": "qwen3-0.6b"},
+    prompts_per_step=16,
+    responses_per_prompt=4,
+    max_prompt_tokens=256,
+    max_response_tokens=256,
+    micro_batch=4,
+)
+"""A small GRPO job on Qwen3-0.6B that fits everywhere (a constant too: hypothesis tests can't take fixtures)."""
+
+
 @pytest.fixture
 def grpo_small() -> Workload:
     """A small GRPO job on Qwen3-0.6B that fits everywhere."""
-    return Workload(
-        actor={"arch": "qwen3-0.6b"},
-        prompts_per_step=16,
-        responses_per_prompt=4,
-        max_prompt_tokens=256,
-        max_response_tokens=256,
-        micro_batch=4,
-    )
+    return GRPO_SMALL

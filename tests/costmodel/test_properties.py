@@ -5,20 +5,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetrl_cli.artifacts.workload import Workload
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
 
+from .conftest import GRPO_SMALL as WORKLOAD
 from .conftest import make_profile
 
-WORKLOAD = Workload(
-    actor={"arch": "qwen3-0.6b"},
-    prompts_per_step=16,
-    responses_per_prompt=4,
-    max_prompt_tokens=256,
-    max_response_tokens=256,
-    micro_batch=4,
-)
 HOSTS = [("a0", "A100", 2, "east"), ("a1", "A100", 2, "east"), ("l0", "L4", 4, "west")]
 ALL = ["a0/0", "a0/1", "a1/0", "a1/1", "l0/0", "l0/1", "l0/2", "l0/3"]
 FAST = settings(max_examples=25, deadline=None)

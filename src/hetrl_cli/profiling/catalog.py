@@ -171,7 +171,21 @@ def _require_text(value: Any, what: str, example: str) -> Any:
     return value
 
 
-class LinkSpec(Strict):
+class _LinkFiguresAsText(Strict):
+    """Both link specs below take their figures as text with units (see _require_text)."""
+
+    @field_validator("bandwidth", mode="before", check_fields=False)
+    @classmethod
+    def _bandwidth_text(cls, value: Any) -> Any:
+        return _require_text(value, "bandwidth", "5Gbps")
+
+    @field_validator("latency", mode="before", check_fields=False)
+    @classmethod
+    def _latency_text(cls, value: Any) -> Any:
+        return _require_text(value, "latency", "10ms")
+
+
+class LinkSpec(_LinkFiguresAsText):
     """Bandwidth and latency of a class of links, as text with units."""
 
     bandwidth: str
@@ -179,32 +193,12 @@ class LinkSpec(Strict):
     latency: str
     """One-way, e.g. '10ms', '50us'."""
 
-    @field_validator("bandwidth", mode="before")
-    @classmethod
-    def _bandwidth_text(cls, value: Any) -> Any:
-        return _require_text(value, "bandwidth", "5Gbps")
 
-    @field_validator("latency", mode="before")
-    @classmethod
-    def _latency_text(cls, value: Any) -> Any:
-        return _require_text(value, "latency", "10ms")
-
-
-class PartialLinkSpec(Strict):
+class PartialLinkSpec(_LinkFiguresAsText):
     """A change to some links: either figure, or both."""
 
     bandwidth: str | None = None
     latency: str | None = None
-
-    @field_validator("bandwidth", mode="before")
-    @classmethod
-    def _bandwidth_text(cls, value: Any) -> Any:
-        return _require_text(value, "bandwidth", "5Gbps")
-
-    @field_validator("latency", mode="before")
-    @classmethod
-    def _latency_text(cls, value: Any) -> Any:
-        return _require_text(value, "latency", "10ms")
 
     @model_validator(mode="after")
     def _something_given(self) -> PartialLinkSpec:

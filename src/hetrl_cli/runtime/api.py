@@ -166,13 +166,23 @@ def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
     run = prepare(plan, options, engine)
     devices = plan_devices(plan)
     options.echo(f"run {run.root}: {len(devices)} worker(s) on {plan_hosts(plan)[0]}, engine {engine}")
+    return _launch_and_summarize(
+        plan,
+        run,
+        lambda: launch_local(run, len(devices), options.python, options.timeout_s, options.echo, devices),
+        "every worker stopped",
+    )
+
+
+def _launch_and_summarize(plan: Plan, run, launch: Callable[[], None], stopped: str) -> RunSummary:
+    """Run `launch` and write summary.json however it ends (completed, failed, or Ctrl-C)."""
     started = now_iso()
     status, error = "completed", None
     try:
-        launch_local(run, len(devices), options.python, options.timeout_s, options.echo, devices)
+        launch()
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted (Ctrl-C)"
-        raise Interrupted(f"run {run.root.name}: interrupted (Ctrl-C); every worker stopped") from None
+        raise Interrupted(f"run {run.root.name}: interrupted (Ctrl-C); {stopped}") from None
     except HetrlError as exc:
         status, error = "failed", str(exc)
         raise
@@ -202,22 +212,14 @@ def _run_multihost(plan: Plan, options: RunOptions, slots: list) -> RunSummary:
         devices = plan_devices(plan)
         per_host = ", ".join(f"{s.name} x{len(s.ranks)}" for s in slots)
         options.echo(f"run {run.root}: {len(devices)} worker(s) on {len(slots)} hosts ({per_host}), engine {engine}")
-        started = now_iso()
-        status, error = "completed", None
-        try:
-            launch_multihost(run, slots, port, known, options.ssh_timeout_s, options.timeout_s, options.echo, devices)
-        except KeyboardInterrupt:
-            status, error = "interrupted", "interrupted (Ctrl-C)"
-            raise Interrupted(
-                f"run {run.root.name}: interrupted (Ctrl-C); every worker stopped on every host"
-            ) from None
-        except HetrlError as exc:
-            status, error = "failed", str(exc)
-            raise
-        finally:
-            summary = summarize(plan, run.root.name, run.read_metrics(), status, started, error)
-            save_artifact(summary, run.summary)
-        return summary
+        return _launch_and_summarize(
+            plan,
+            run,
+            lambda: launch_multihost(
+                run, slots, port, known, options.ssh_timeout_s, options.timeout_s, options.echo, devices
+            ),
+            "every worker stopped on every host",
+        )
     except KeyboardInterrupt:  # during preflight or preparation: nothing was launched yet
         raise Interrupted("interrupted (Ctrl-C) before the workers started") from None
     finally:
