@@ -1,4 +1,4 @@
-"""How long `hetrl --help` takes: the CLI must not import torch, pyomo or fabric at start-up.
+"""How long `hetrl --help` takes: the CLI must not import torch, highspy or fabric at start-up.
 
 Runs `hetrl --help` and `python -c pass` side by side N times and reports medians and their ratio
 (shared machines are noisy, so the baseline is measured in the same run).
@@ -31,7 +31,7 @@ def heavy_modules_loaded() -> list[str]:
     """Which heavy packages importing the CLI module pulls in (should be none)."""
     probe = (
         "import sys, hetrl_cli.cli; "
-        "print(','.join(m for m in ('torch','pyomo','fabric','paramiko','transformers','vllm') if m in sys.modules))"
+        "print(','.join(m for m in ('torch','highspy','fabric','paramiko','transformers','vllm') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout.strip()
     return [m for m in out.split(",") if m]

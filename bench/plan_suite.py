@@ -5,6 +5,10 @@ their ratios, solve times and the ILP gap. Writes bench/results/plan_suite.json 
     .venv/bin/python bench/plan_suite.py                      # all 48, ILP 60 s, hybrid 2 s and 10 s
     .venv/bin/python bench/plan_suite.py --jobs 2 --ilp-budget 60
     .venv/bin/python bench/plan_suite.py --only single-region --models 8b   # a subset
+    .venv/bin/python bench/plan_suite.py --algorithms ppo      # re-run PPO; GRPO rows of the old file kept
+
+Rows of an existing `--out` file for settings not re-run are kept (each row says when it was measured), so
+a subset refreshes the table without discarding the rest.
 
 Workload (GSM8K-like): prompts_per_step 128 × 8 responses = 1024 samples, ≤1024 prompt + ≤1024 response
 tokens, the same model size for actor, critic, reference and reward model.
@@ -13,6 +17,7 @@ tokens, the same model size for actor, critic, reference and reward model.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -137,10 +142,24 @@ def summary(rows: list[dict], hybrid_labels: list[str]) -> dict:
     return out
 
 
+def _key(row: dict) -> tuple[str, str, str, str]:
+    return row["scenario"], row["model"], row["algorithm"], row["mode"]
+
+
+def _merge(old_file: Path, rows: list[dict]) -> list[dict]:
+    """New rows plus the old file's rows of settings not re-run, in the suite's setting order."""
+    new = {_key(r): r for r in rows}
+    old = json.loads(old_file.read_text())["rows"] if old_file.exists() else []
+    merged = {**{_key(r): r for r in old}, **new}
+    order = {k: i for i, k in enumerate(itertools.product(SCENARIOS, MODELS, ALGORITHMS, MODES))}
+    return sorted(merged.values(), key=lambda r: order.get(_key(r), len(order)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="*", default=list(SCENARIOS), choices=SCENARIOS)
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--algorithms", nargs="*", default=list(ALGORITHMS), choices=ALGORITHMS)
     parser.add_argument("--ilp-budget", type=float, default=60.0)
     parser.add_argument("--hybrid-budgets", type=float, nargs="*", default=[2.0, 10.0])
     parser.add_argument("--jobs", type=int, default=1)
@@ -150,13 +169,15 @@ def main() -> None:
         (s, m, a, mode, args.ilp_budget, args.hybrid_budgets)
         for s in args.only
         for m in args.models
-        for a in ALGORITHMS
+        for a in args.algorithms
         for mode in MODES
     ]
     start = time.monotonic()
+    measured = time.strftime("%Y-%m-%d")
     rows: list[dict] = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for row in pool.map(run_setting, settings):
+            row["measured"] = measured
             rows.append(row)
             ilp = row["solvers"].get("ilp", {})
             print(
@@ -165,8 +186,10 @@ def main() -> None:
                 flush=True,
             )
     labels = [f"hybrid@{b:g}s" for b in args.hybrid_budgets]
+    rows = _merge(Path(args.out + ".json"), rows)
     result = {
         "settings": len(rows),
+        "rerun": len(settings),
         "ilp_budget_s": args.ilp_budget,
         "hybrid_budgets_s": args.hybrid_budgets,
         "wall_s": time.monotonic() - start,

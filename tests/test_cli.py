@@ -30,7 +30,8 @@ def test_help_lists_every_stage_and_examples(hetrl) -> None:
 
 def test_cli_import_pulls_in_no_heavy_library() -> None:
     probe = (
-        "import sys, hetrl_cli.cli; print(sorted(m for m in ('torch','pyomo','fabric','paramiko') if m in sys.modules))"
+        "import sys, hetrl_cli.cli; "
+        "print(sorted(m for m in ('torch','highspy','fabric','paramiko') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

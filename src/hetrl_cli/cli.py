@@ -1,6 +1,6 @@
 """The `hetrl` command: parse arguments, call one stage function, print. No logic lives here.
 
-Heavy libraries (torch, pyomo, fabric) are imported inside the stage functions, so `hetrl --help` is instant.
+Heavy libraries (torch, highspy, fabric) are imported inside the stage functions, so `hetrl --help` is instant.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ app = typer.Typer(
 )
 
 _state = {"debug": False}
-# Kept here (not imported from the planner) so `hetrl plan --solver X` is checked before pyomo loads.
+# Kept here (not imported from the planner) so `hetrl plan --solver X` is checked before highspy loads.
 SOLVER_NAMES = ("auto", "ilp", "hybrid", "verl", "streamrl")
 
 

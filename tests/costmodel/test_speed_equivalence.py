@@ -68,3 +68,30 @@ def test_cached_calls_agree_with_first_calls() -> None:
     fresh = speed_cases.CostModel(prof, w, cal)
     reordered = [speed_cases.record_task(fresh.task(p, g)) for p, g in reversed(cases)][::-1]
     assert first == again == reordered
+
+
+def test_shared_class_estimates_equal_fresh_ones() -> None:
+    """Class-level estimates are shared between group contexts that differ only in what cannot change them
+    (model._class_inputs): one placement scored next to many different mates on one warm model must equal
+    the same call on a fresh model, where nothing is shared."""
+    import random
+
+    prof = speed_cases.profile()
+    for name in ("ppo-8b", "grpo-4b-async"):
+        w, cal = speed_cases.workloads()[name]
+        tasks = speed_cases.PPO_TASKS if w.algorithm == "ppo" else speed_cases.GRPO_TASKS
+        rng = random.Random(5)
+        warm = speed_cases.CostModel(prof, w, cal)
+        base = speed_cases.task_cases(21, tasks, 12, prof)
+        for placement, _ in base:
+            others = [t for t in tasks if t != placement.task]
+            contexts = [None, *(tuple(rng.sample(others, k)) for k in range(1, len(others) + 1))]
+            contexts += [(t,) for t in others]
+            for group in contexts:
+                shared = speed_cases.record_task(warm.task(placement, group))
+                fresh = speed_cases.record_task(speed_cases.CostModel(prof, w, cal).task(placement, group))
+                assert shared == fresh, f"{name}: {placement.task} next to {group}"
+        seen = {
+            (c["cost"]["total_s"], c["violation"]) for c in (speed_cases.record_task(warm.task(p)) for p, _ in base)
+        }
+        assert len(seen) > 3  # the cases differ: the comparison is not between identical trivial estimates

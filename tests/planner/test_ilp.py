@@ -3,14 +3,18 @@ model's evaluate() says of the plan it returns."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from hetrl_cli.artifacts.io import save_artifact
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.planner.api import make_plan
 from hetrl_cli.planner.ilp import brute_force, build_space, realise, solve_ilp
 from hetrl_cli.planner.tables import Tables
 
-from .conftest import workload
+from .conftest import TINY, cluster, workload
 
 CASES = [("grpo", "sync"), ("grpo", "async"), ("ppo", "sync"), ("ppo", "async")]
 
@@ -40,3 +44,16 @@ def test_ilp_plan_objective_is_evaluate(tiny_profile, algorithm, mode):
     assert plan.solver.gap == 0.0
     assert "≠" not in plan.solver.note
     assert plan.solver.objective == pytest.approx(plan.cost.iteration_s, rel=1e-9)
+
+
+def test_ilp_plan_on_stdout_is_clean_json(hetrl, tmp_path):
+    """HiGHS prints a banner on fd 1 when a process makes its first solver; `-o -` must still be pure JSON."""
+    root = Path(__file__).resolve().parents[2]
+    profile = tmp_path / "tiny.json"
+    save_artifact(cluster("tiny-2x2", TINY["2x2"]), profile)
+    args = ("plan", profile, "-w", root / "examples" / "tiny-grpo.yaml")
+    result = hetrl(*args, "--solver", "ilp", "--budget", "20s", "-o", "-", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["solver"]["solver"] == "ilp"
+    assert "HiGHS" not in result.stdout

@@ -166,7 +166,9 @@ class CostModel:
         self._rep_cache: dict[tuple, _Rep] = {}
         self._static_cache: dict[tuple, tuple] = {}
         self._shape_cache: dict[tuple, tuple] = {}
-        self._others_cache: dict[tuple, dict[str, float]] = {}
+        self._others_cache: dict[tuple, tuple[float, dict[str, float] | None]] = {}
+        self._low_cache: dict[tuple, tuple[str, float]] = {}
+        self._rep_key_cache: dict[tuple, tuple | None] = {}
 
     # ---- set-up ---------------------------------------------------------------------------------------------
     def _init_devices(self) -> None:
@@ -443,40 +445,57 @@ class CostModel:
         rep_key, bad = shape
         if bad is not None:
             return TaskEstimate(placement, TaskCost(total_s=math.inf), {}, task + bad)
-        # 2) what the group's other tasks keep resident on these devices
+        # 2) what the group's other tasks keep resident on these devices: one figure for every device (mates
+        # by name) or a figure per device (mates' placements)
         names = frozenset(t if isinstance(t, str) else t.task for t in group_tasks) - {task}
+        uniform, others_dev = 0.0, None
         if group_tasks:
             okey = (task, placement.replicas, group_tasks)
-            others_dev = self._others_cache.get(okey)
-            if others_dev is None:
-                others_dev = self._others_cache[okey] = self._others_resident(placement, group_tasks, names)
-        else:
-            others_dev = {}
+            hit = self._others_cache.get(okey)
+            if hit is None:
+                hit = self._others_cache[okey] = self._others_resident(placement, group_tasks, names)
+            uniform, others_dev = hit
         if others_dev:
             others_key = tuple(
                 tuple(max(others_dev.get(d, 0.0) for d in st) for st in rep) for rep in placement.replicas
             )
+        elif uniform:
+            others_key = tuple((uniform,) * len(rep) for rep in placement.replicas)
         else:
             others_key = None
-        # 3) the class-level estimate (cached)
+        # 3) the class-level estimate (cached on what it depends on: see _class_inputs)
         shares, splits, offload = placement.batch_shares, placement.layer_splits, placement.offload
-        ckey = (task, rep_key, shares, splits, offload, names, others_key)
+        cnames, cothers = _class_inputs(task, names, others_key)
+        ckey = (task, rep_key, shares, splits, offload, cnames, cothers)
         ce = self._l2.get(ckey)
         if ce is None:
-            ce = self._class_estimate(task, rep_key, shares, splits, offload, names, others_key)
+            ce = self._class_estimate(task, rep_key, shares, splits, offload, cnames, cothers)
             self._l2[ckey] = ce
         if ce.hard:
             return TaskEstimate(placement, ce.cost, {}, ce.violation)
-        # 4) per-device memory and the worst overflow
+        # 4) per-device memory and the worst overflow (per stage when the resident bytes are uniform: a stage's
+        # devices then hold the same bytes and the one with the least usable memory overflows most)
         filled = TaskPlacement(task, placement.replicas, ce.shares, ce.splits, offload)
-        usable = self._usable_gen if task == "generation" else self._usable
+        gen = task == "generation"
+        usable = self._usable_gen if gen else self._usable
         memory: dict[str, int] = {}
         worst: tuple[float, str, float, str] | None = None
         for r, rep in enumerate(placement.replicas):
+            own_r = ce.stage_bytes[r]
             for p, st in enumerate(rep):
-                own = ce.stage_bytes[r][p]
+                own = own_r[p]
+                if others_dev is None:
+                    total = own + uniform
+                    b = int(total)
+                    for d in st:
+                        memory[d] = b
+                    d, room = self._least_usable(st, gen)
+                    over = total - room
+                    if over > 0 and (worst is None or over > worst[0]):
+                        worst = (over, d, total, ce.stage_parts[r][p])
+                    continue
                 for d in st:
-                    total = own + others_dev[d] if others_dev else own
+                    total = own + others_dev.get(d, 0.0)
                     memory[d] = int(total)
                     over = total - usable[d]
                     if over > 0 and (worst is None or over > worst[0]):
@@ -491,7 +510,8 @@ class CostModel:
             )
         if violation is None and worst is not None:
             _, d, total, what = worst
-            extra = " + resident state of " + ", ".join(sorted(names)) if others_dev.get(d) else ""
+            resident = others_dev.get(d) if others_dev else uniform
+            extra = " + resident state of " + ", ".join(sorted(names)) if resident else ""
             violation = (
                 f"{d} needs {total / GB:.1f} GB for {task} {what}{extra}, has "
                 f"{usable[d] / GB:.1f} GB usable of {self.devices[d].memory_bytes / GB:.1f} GB; "
@@ -548,11 +568,22 @@ class CostModel:
         return None
 
     # ---- memory of colocated tasks --------------------------------------------------------------------------
-    def _others_resident(self, placement: TaskPlacement, group_tasks: tuple, names: frozenset[str]) -> dict[str, float]:
-        """Per device, bytes the other tasks of the group keep resident while this task runs."""
-        out: dict[str, float] = {}
+    def _others_resident(
+        self, placement: TaskPlacement, group_tasks: tuple, names: frozenset[str]
+    ) -> tuple[float, dict[str, float] | None]:
+        """Bytes the other tasks of the group keep resident while this task runs: (bytes on every device, None)
+        when the mates are given by name (spread like this placement), else (0, bytes per device)."""
         group_all = names | {placement.task}
-        devs = placement.devices
+        if all(isinstance(t, str) for t in group_tasks):
+            total = 0.0
+            for other in group_tasks:
+                if other == placement.task or other not in self.arch:
+                    continue
+                per_param = resident_bytes_per_param(other, group_all - {other}, False, self.workload, placement.dp)
+                per_dev = self.arch[other].param_count(HEAD[other]) * per_param / (placement.tp * placement.pp)
+                total += per_dev
+            return total, None
+        out: dict[str, float] = {}
         for other in group_tasks:
             if isinstance(other, str):
                 if other == placement.task or other not in self.arch:
@@ -561,14 +592,24 @@ class CostModel:
                 per_param = resident_bytes_per_param(other, group_all - {other}, False, self.workload, placement.dp)
                 per_dev = arch.param_count(HEAD[other]) * per_param / (placement.tp * placement.pp)
                 if per_dev:
-                    for d in devs:
+                    for d in placement.devices:
                         out[d] = out.get(d, 0.0) + per_dev
             else:
                 if other.task == placement.task:
                     continue
                 for d, b in self._resident_map(other, group_all - {other.task}).items():
                     out[d] = out.get(d, 0.0) + b
-        return out
+        return 0.0, out
+
+    def _least_usable(self, stage: tuple[str, ...], gen: bool) -> tuple[str, float]:
+        """The first device of a TP group with the least usable memory, and that memory (cached)."""
+        key = (stage, gen)
+        hit = self._low_cache.get(key)
+        if hit is None:
+            usable = self._usable_gen if gen else self._usable
+            d = min(stage, key=usable.__getitem__)
+            hit = self._low_cache[key] = (d, usable[d])
+        return hit
 
     def _resident_map(self, placement: TaskPlacement, group: frozenset[str]) -> dict[str, float]:
         """Bytes per device a task keeps resident between its runs (memory.py module docstring)."""
@@ -591,10 +632,15 @@ class CostModel:
         return out
 
     def _rep_key(self, placement: TaskPlacement) -> tuple | None:
-        try:
-            return tuple(tuple(tuple(self.device_class[d] for d in st) for st in rep) for rep in placement.replicas)
-        except KeyError:
-            return None
+        """Device classes per replica and stage (None if a device is unknown), cached per device layout."""
+        hit = self._rep_key_cache.get(placement.replicas, False)
+        if hit is False:
+            try:
+                hit = tuple(tuple(tuple(self.device_class[d] for d in st) for st in rep) for rep in placement.replicas)
+            except KeyError:
+                hit = None
+            self._rep_key_cache[placement.replicas] = hit
+        return hit
 
     def _splits_for(self, placement: TaskPlacement) -> tuple[tuple[int, ...], ...]:
         rep_key = self._rep_key(placement)
@@ -1398,6 +1444,26 @@ class CostModel:
             else:
                 sentence += f"; {label} is {100 * ts / s:.0f} % of it"
         return sentence
+
+
+def _class_inputs(
+    task: TaskName, names: frozenset[str], others: tuple[tuple[float, ...], ...] | None
+) -> tuple[frozenset[str], tuple | None]:
+    """The part of (group mates, their resident bytes per stage) a class-level estimate depends on, so that
+    groups differing only in what cannot change it share one cache entry (exact, not an approximation).
+
+    Mates matter by name only through residency (memory.weights_resident): whether actor_train is beside
+    generation and critic_train beside critic_inference. Resident bytes change generation's KV capacity
+    (hence its time); for the other tasks they only change the device memory that `_task` adds on top,
+    so there only their equality pattern over replicas is kept (it decides which replicas are costed as
+    one kind, so the balancing arithmetic stays the same)."""
+    partner = {"generation": "actor_train", "critic_inference": "critic_train"}.get(task)
+    key_names = frozenset({partner}) if partner in names else frozenset()
+    if task == "generation" or others is None:
+        return key_names, others
+    first: dict[tuple[float, ...], int] = {}
+    pattern = tuple((first.setdefault(o, len(first)),) for o in others)
+    return key_names, (pattern if len(first) > 1 else None)
 
 
 def _train_multiple(recompute: bool) -> float:

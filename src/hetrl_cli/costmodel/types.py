@@ -32,6 +32,18 @@ class TaskPlacement:
     """None: the cost model splits layers by stage speed."""
     offload: bool = False
 
+    def __hash__(self) -> int:
+        # Placements key the cost model's and the planner's caches: hash the nested tuples once, not per lookup.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.task, self.replicas, self.batch_shares, self.layer_splits, self.offload))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        # str hashes differ between processes: a pickled placement must not carry its cached hash along
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @property
     def dp(self) -> int:
         return len(self.replicas)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from hetrl_cli.artifacts.workload import TaskName
 from hetrl_cli.costmodel.types import GroupPlacement, PlanEstimate, TaskPlacement
-from hetrl_cli.planner.space import host_chunks, layouts, place
+from hetrl_cli.planner.space import host_chunks, layouts, max_pp_of, place
 from hetrl_cli.planner.tables import Tables, group_name
 
 
@@ -58,7 +58,8 @@ def homogeneous_layouts(tables: Tables, task: TaskName, devices: tuple[str, ...]
     model-parallel size first, TP before PP at equal size (uniform shares, even splits)."""
     chunks = host_chunks(devices, tables.host_of)
     shape = tables.shapes[task]
-    options = [lay for lay in layouts([len(c) for c in chunks], shape, mixed=False) if not lay.strided]
+    sizes = [len(c) for c in chunks]
+    options = [lay for lay in layouts(sizes, shape, mixed=False, max_pp=max_pp_of(task)) if not lay.strided]
     options.sort(key=lambda lay: (lay.tp * lay.pp, lay.pp))
     return [_uniform(place(task, chunks, lay), shape.layers) for lay in options]
 

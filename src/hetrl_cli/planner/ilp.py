@@ -161,26 +161,61 @@ class IlpResult:
     n_constraints: int = 0
 
 
+class _Lp:
+    """A MILP as plain arrays (columns with bounds and integrality, rows as sparse coefficient maps), handed
+    to HiGHS in one call. Rows are `lower ≤ Σ coef·col ≤ upper`; an expression is a {column: coef} dict."""
+
+    def __init__(self) -> None:
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+        self.integer: list[bool] = []
+        self.rows: list[tuple[dict[int, float], float, float]] = []
+
+    def var(self, lower: float = 0.0, upper: float = math.inf, integer: bool = False) -> int:
+        self.lower.append(lower)
+        self.upper.append(upper)
+        self.integer.append(integer)
+        return len(self.lower) - 1
+
+    def row(self, expr: dict[int, float], lower: float = -math.inf, upper: float = math.inf) -> None:
+        self.rows.append((expr, lower, upper))
+
+
+def _expr(*parts: tuple[float, dict[int, float] | int]) -> dict[int, float]:
+    """Σ scale·part, a part being a column or an expression; coefficients of one column add up."""
+    out: dict[int, float] = {}
+    for scale, part in parts:
+        items = part.items() if isinstance(part, dict) else ((part, 1.0),)
+        for col, coef in items:
+            out[col] = out.get(col, 0.0) + scale * coef
+    return out
+
+
+def _sum(cols) -> dict[int, float]:
+    return _expr(*((1.0, c) for c in cols))
+
+
 class IlpModel:
-    """The MILP of docs/planner.md; one method per constraint family, named as the docs label them."""
+    """The MILP of docs/planner.md; one method per constraint family, named as the docs label them.
+
+    Rows go straight into arrays for HiGHS (`highspy`): building the same model through pyomo took about
+    three times as long as HiGHS took to solve it (PPO, 203 groupings: ~30 s of model building)."""
 
     def __init__(self, tables: Tables, space: IlpSpace, cutoff: float | None = None) -> None:
-        import pyomo.environ as pyo
-
-        self.pyo = pyo
         self.tables, self.space = tables, space
         self.cutoff = cutoff
-        self.m = m = pyo.ConcreteModel()
+        self.lp = lp = _Lp()
         self.sidx = {s: i for i, s in enumerate(space.subsets)}
-        m.G = pyo.Set(initialize=range(len(space.groupings)))
-        m.X = pyo.Set(initialize=sorted(space.options), dimen=2)
-        m.y = pyo.Var(m.G, domain=pyo.Binary)
-        m.x = pyo.Var(m.X, domain=pyo.Binary)
-        m.z = pyo.Var(range(len(PHASES)), domain=pyo.NonNegativeReals)
-        m.omega = pyo.Var(domain=pyo.NonNegativeReals)
-        m.T = pyo.Var(domain=pyo.NonNegativeReals)
+        self.y = {g: lp.var(0.0, 1.0, integer=True) for g in range(len(space.groupings))}
+        self.x = {k: lp.var(0.0, 1.0, integer=True) for k in sorted(space.options)}
+        self.z = [lp.var() for _ in PHASES]
+        self.omega = lp.var()
+        self.T = lp.var(upper=cutoff * (1 - 1e-7) if cutoff is not None else math.inf)
+        """Only plans better than the incumbent are of interest (the cutoff is T's upper bound)."""
+        self.tau0 = lp.var()
+        self.tau1: dict[int, int] = {}
         self.by_subset: dict[int, list[int]] = {}
-        for s, p in space.options:
+        for s, p in self.x:
             self.by_subset.setdefault(s, []).append(p)
         self.a_one_grouping()
         self.b_one_pool_per_group()
@@ -191,108 +226,95 @@ class IlpModel:
         self.g_transfers()
         self.h_iteration()
 
-    def _sum(self, terms):
-        return self.pyo.quicksum(terms) if terms else 0.0
-
     def a_one_grouping(self) -> None:
         """(a) Σ_G y_G = 1."""
-        m = self.m
-        m.a = self.pyo.Constraint(expr=self._sum(m.y[g] for g in m.G) == 1)
+        self.lp.row(_sum(self.y.values()), 1.0, 1.0)
 
     def b_one_pool_per_group(self) -> None:
         """(b) for every subset S: Σ_P x[S,P] = Σ_{G ∋ S} y_G (selected subsets = the chosen grouping's groups)."""
-        m, sp = self.m, self.space
-        m.b = self.pyo.ConstraintList()
+        sp = self.space
         for s, subset in enumerate(sp.subsets):
             containing = [g for g, gs in enumerate(sp.groupings) if subset in gs]
             if not containing and not self.by_subset.get(s):
                 continue
-            lhs = self._sum(m.x[s, p] for p in self.by_subset.get(s, []))
-            m.b.add(lhs == self._sum(m.y[g] for g in containing))
+            picked = _sum(self.x[s, p] for p in self.by_subset.get(s, []))
+            self.lp.row(_expr((1.0, picked), (-1.0, _sum(self.y[g] for g in containing))), 0.0, 0.0)
 
     def c_capacity(self) -> None:
         """(c) for every device class k: Σ_{S,P} (whole_k·D_k + part_k)·x[S,P] ≤ |k|."""
-        m, sp = self.m, self.space
-        m.c = self.pyo.ConstraintList()
+        sp = self.space
         for k, c in enumerate(self.tables.classes):
-            terms = []
-            for s, p in sp.options:
+            terms = {}
+            for (_, p), col in self.x.items():
                 whole, part = sp.pools[p][k]
                 if whole or part:
-                    terms.append((whole * c.per_host + part) * m.x[s, p])
+                    terms[col] = float(whole * c.per_host + part)
             if terms:
-                m.c.add(self._sum(terms) <= c.size)
+                self.lp.row(terms, upper=c.size)
 
     def d_two_parts(self) -> None:
         """(d) for every class k: at most two groups take a partial sub-host (two parts ≤ D/2 share one)."""
-        m, sp = self.m, self.space
-        m.d = self.pyo.ConstraintList()
+        sp = self.space
         for k in range(len(self.tables.classes)):
-            terms = [m.x[s, p] for s, p in sp.options if sp.pools[p][k][1]]
-            if len(terms) > 2:
-                m.d.add(self._sum(terms) <= 2)
+            cols = [col for (_, p), col in self.x.items() if sp.pools[p][k][1]]
+            if len(cols) > 2:
+                self.lp.row(_sum(cols), upper=2.0)
 
     def e_phase_max(self) -> None:
         """(e) for every phase i and subset S with tasks in i: z_i ≥ Σ_P t_i(S,P)·x[S,P]."""
-        m, sp = self.m, self.space
-        m.e = self.pyo.ConstraintList()
+        sp = self.space
         for i in range(len(PHASES)):
             for s, subset in enumerate(sp.subsets):
-                if not any(PHASE_OF[t] == i for t in subset):
+                if not any(PHASE_OF[t] == i for t in subset) or not self.by_subset.get(s):
                     continue
-                terms = [sp.options[(s, p)].phase_s[i] * m.x[s, p] for p in self.by_subset.get(s, [])]
-                if terms:
-                    m.e.add(m.z[i] >= self._sum(terms))
+                terms = _expr(*((sp.options[(s, p)].phase_s[i], self.x[s, p]) for p in self.by_subset[s]))
+                self.lp.row(_expr((1.0, self.z[i]), (-1.0, terms)), lower=0.0)
             if self.tables.floor[i] > 0:  # the rule-based reward runs on the driver, on no device
-                m.e.add(m.z[i] >= self.tables.floor[i])
+                self.lp.row({self.z[i]: 1.0}, lower=self.tables.floor[i])
 
-    def _indicator(self, keep) -> dict[int, object]:
+    def _indicator(self, keep) -> dict[int, dict[int, float]]:
         """Pool → Σ x[S, pool] over the subsets S that `keep` accepts (how many chosen groups take it)."""
-        out: dict[int, list] = {}
-        for s, p in self.space.options:
+        out: dict[int, list[int]] = {}
+        for (s, p), col in self.x.items():
             if keep(self.space.subsets[s]):
-                out.setdefault(p, []).append(self.m.x[s, p])
-        return {p: self._sum(terms) for p, terms in out.items()}
+                out.setdefault(p, []).append(col)
+        return {p: _sum(cols) for p, cols in out.items()}
 
     def f_weight_sync(self) -> None:
         """(f) ω ≥ weight sync. Apart: a transportation linearisation W[P1,P2] ≥ 0 with row sums = u_train[P1]
         and column sums = u_gen[P2] (exact on binaries, tight in the LP) and ω ≥ Σ c·W; shared group:
         ω ≥ Σ_P ws(P)·x[S,P]."""
-        m, sp, pyo = self.m, self.space, self.pyo
-        m.f = pyo.ConstraintList()
+        sp, lp = self.space, self.lp
         u_train = self._indicator(lambda s: "actor_train" in s and "generation" not in s)
         u_gen = self._indicator(lambda s: "generation" in s and "actor_train" not in s)
         table = sp.pair_costs.get((True, 0.0), {})
-        pairs = [pq for pq in table if pq[0] in u_train and pq[1] in u_gen]
-        m.W = pyo.Var(pairs, domain=pyo.NonNegativeReals, bounds=(0, 1))
-        rows: dict[int, list] = {}
-        cols: dict[int, list] = {}
-        for p1, p2 in pairs:
-            rows.setdefault(p1, []).append(m.W[p1, p2])
-            cols.setdefault(p2, []).append(m.W[p1, p2])
+        W = {pq: lp.var(0.0, 1.0) for pq in table if pq[0] in u_train and pq[1] in u_gen}
+        rows: dict[int, list[int]] = {}
+        cols: dict[int, list[int]] = {}
+        for (p1, p2), col in W.items():
+            rows.setdefault(p1, []).append(col)
+            cols.setdefault(p2, []).append(col)
         for p1, expr in u_train.items():
-            m.f.add(self._sum(rows.get(p1, [])) == expr)
+            lp.row(_expr((1.0, _sum(rows.get(p1, []))), (-1.0, expr)), 0.0, 0.0)
         for p2, expr in u_gen.items():
-            m.f.add(self._sum(cols.get(p2, [])) == expr)
-        if pairs:
-            m.f.add(m.omega >= self._sum(table[pq] * m.W[pq] for pq in pairs))
-        by_subset: dict[int, list] = {}
+            lp.row(_expr((1.0, _sum(cols.get(p2, []))), (-1.0, expr)), 0.0, 0.0)
+        if W:
+            lp.row(_expr((1.0, self.omega), *((-table[pq], col) for pq, col in W.items())), lower=0.0)
+        by_subset: dict[int, list[tuple[float, int]]] = {}
         for (s, p), seconds in sp.same_sync.items():
-            by_subset.setdefault(s, []).append(seconds * m.x[s, p])
+            by_subset.setdefault(s, []).append((seconds, self.x[s, p]))
         for terms in by_subset.values():
-            m.f.add(m.omega >= self._sum(terms))
+            lp.row(_expr((1.0, self.omega), *((-c, col) for c, col in terms)), lower=0.0)
 
     def g_transfers(self) -> None:
         """(g) Boundary 0: τ0 ≥ Σ_P2 c(P1,P2)·v[P2] − M·(1 − u_gen[P1]) per generation pool P1, v = pools of the
         other groups (all receive the rollouts). Boundary 1, per producer subset S and its pool P1:
         τ1_S ≥ Σ_P2 c(P1,P2)·t[P2] − [S trains]·c(P1,P1)·x[S,P1] − M·(1 − x[S,P1]), t = trainer pools (a
         group does not send to itself). Big-M rows: the transfers are small, so their weak relaxation costs
-        little bound."""
-        m, sp, pyo = self.m, self.space, self.pyo
-        m.g = pyo.ConstraintList()
+        little bound. Each row is written as τ − rhs − M·gate ≥ −M."""
+        sp, lp = self.space, self.lp
         n_groups = len(self.tables.tasks)
         rollout = next((k for k in sp.pair_costs if not k[0] and k[1] not in sp.produced.values()), None)
-        m.tau0 = pyo.Var(domain=pyo.NonNegativeReals)
         if rollout is not None:
             table = sp.pair_costs[rollout]
             u_gen = self._indicator(lambda s: "generation" in s)
@@ -301,12 +323,11 @@ class IlpModel:
                 entries = [(p2, table[(p1, p2)]) for p2 in v if (p1, p2) in table and table[(p1, p2)] > 0]
                 if entries:
                     big = (n_groups - 1) * max(c for _, c in entries)
-                    rhs = self._sum(c * v[p2] for p2, c in entries)
-                    m.g.add(m.tau0 >= rhs - big * (1 - gate))
-        producers = sorted(sp.produced)
-        m.tau1 = pyo.Var(producers, domain=pyo.NonNegativeReals)
+                    rhs = _expr(*((c, v[p2]) for p2, c in entries))
+                    lp.row(_expr((1.0, self.tau0), (-1.0, rhs), (-big, gate)), lower=-big)
+        self.tau1 = {s: lp.var() for s in sorted(sp.produced)}
         trainers = self._indicator(lambda s: any(PHASE_OF[t] == 2 for t in s))
-        for s in producers:
+        for s, tau in self.tau1.items():
             table = sp.pair_costs.get((False, sp.produced[s]), {})
             trains = any(PHASE_OF[t] == 2 for t in sp.subsets[s])
             for p1 in self.by_subset.get(s, []):
@@ -314,36 +335,28 @@ class IlpModel:
                 if not entries:
                     continue
                 big = 2 * max(c for _, c in entries)
-                rhs = self._sum(c * trainers[p2] for p2, c in entries)
+                rhs = _expr(*((c, trainers[p2]) for p2, c in entries))
                 if trains and (p1, p1) in table:
-                    rhs = rhs - table[(p1, p1)] * m.x[s, p1]
-                m.g.add(m.tau1[s] >= rhs - big * (1 - m.x[s, p1]))
-
-    def _boundary(self, b: int):
-        """Seconds of phase boundary b: the sum of its hand-overs (they funnel through the controller)."""
-        return self.m.tau0 if b == 0 else self._sum(self.m.tau1[s] for s in self.m.tau1)
+                    rhs = _expr((1.0, rhs), (-table[(p1, p1)], self.x[s, p1]))
+                lp.row(_expr((1.0, tau), (-1.0, rhs), (-big, self.x[s, p1])), lower=-big)
 
     def h_iteration(self) -> None:
         """(h) T ≥ Σ z + ω + Σ τ (sync); async with generation alone: T ≥ max(z_0 + ω, B_0 + z_1 + B_1 + z_2)
         with B_b = Σ τ over boundary b."""
-        m = self.m
-        pyo = self.pyo
-        transfers = self._boundary(0) + self._boundary(1)
-        sync = self._sum(m.z[i] for i in range(len(PHASES))) + m.omega + transfers
-        m.h = pyo.ConstraintList()
+        lp = self.lp
+        transfers = _expr((1.0, self.tau0), *((1.0, t) for t in self.tau1.values()))
+        sync = _expr(*((1.0, z) for z in self.z), (1.0, self.omega), (1.0, transfers))
         alone = ("generation",)
         if self.tables.workload.mode == "async" and alone in self.sidx:
             s = self.sidx[alone]
-            y_alone = self._sum(m.x[s, p] for p in self.by_subset.get(s, []))
+            y_alone = _sum(self.x[s, p] for p in self.by_subset.get(s, []))
             big = self._upper_bound()
-            m.h.add(m.z[0] + m.omega - big * (1 - y_alone) <= m.T)
-            m.h.add(self._sum(m.z[i] for i in range(1, len(PHASES))) + transfers - big * (1 - y_alone) <= m.T)
-            m.h.add(sync - big * y_alone <= m.T)
+            rest = _expr(*((1.0, z) for z in self.z[1:]), (1.0, transfers))
+            lp.row(_expr((1.0, self.z[0]), (1.0, self.omega), (big, y_alone), (-1.0, self.T)), upper=big)
+            lp.row(_expr((1.0, rest), (big, y_alone), (-1.0, self.T)), upper=big)
+            lp.row(_expr((1.0, sync), (-big, y_alone), (-1.0, self.T)), upper=0.0)
         else:
-            m.h.add(sync <= m.T)
-        m.objective = pyo.Objective(expr=m.T, sense=pyo.minimize)
-        if self.cutoff is not None:  # only plans better than the incumbent are of interest
-            m.h.add(self.cutoff * (1 - 1e-7) >= m.T)
+            lp.row(_expr((1.0, sync), (-1.0, self.T)), upper=0.0)
 
     def _upper_bound(self) -> float:
         sp = self.space
@@ -355,37 +368,86 @@ class IlpModel:
         return phase + pairs + same + 1.0
 
     def solve(self, time_limit_s: float, threads: int = 1) -> IlpResult:
-        from pyomo.contrib.solver.common.factory import SolverFactory
+        """Minimise T with HiGHS (one thread, default 1e-4 relative MIP gap) within the time limit."""
+        import highspy
+        import numpy as np
 
-        pyo, m, sp = self.pyo, self.m, self.space
-        opt = SolverFactory("highs")
-        start = time.monotonic()
-        res = opt.solve(
-            m,
-            time_limit=max(0.5, time_limit_s),
-            threads=threads,
-            raise_exception_on_nonoptimal_result=False,
-            load_solutions=False,
+        lp, sp = self.lp, self.space
+        h = _quiet_highs(highspy)
+        h.setOptionValue("time_limit", max(0.5, time_limit_s))
+        h.setOptionValue("threads", threads)
+        n = len(lp.lower)
+        inf = highspy.kHighsInf
+        h.addVars(n, np.array([_inf(v, inf) for v in lp.lower]), np.array([_inf(v, inf) for v in lp.upper]))
+        h.changeColCost(self.T, 1.0)
+        ints = np.array([i for i in range(n) if lp.integer[i]], dtype=np.int32)
+        h.changeColsIntegrality(len(ints), ints, np.array([highspy.HighsVarType.kInteger] * len(ints)))
+        starts, index, value = [], [], []
+        for expr, _, _ in lp.rows:
+            starts.append(len(index))
+            for col, coef in expr.items():
+                if coef != 0.0:
+                    index.append(col)
+                    value.append(coef)
+        h.addRows(
+            len(lp.rows),
+            np.array([_inf(r[1], inf) for r in lp.rows]),
+            np.array([_inf(r[2], inf) for r in lp.rows]),
+            len(index),
+            np.array(starts, dtype=np.int32),
+            np.array(index, dtype=np.int32),
+            np.array(value),
         )
+        start = time.monotonic()
+        h.run()
+        if h.getModelStatus() == highspy.HighsModelStatus.kSolveError:  # seen once in 48 settings: retry unpresolved
+            h.setOptionValue("presolve", "off")
+            h.setOptionValue("time_limit", max(0.5, time_limit_s - (time.monotonic() - start)))
+            h.run()
         seconds = time.monotonic() - start
-        term, sol = res.termination_condition.name, res.solution_status.name
-        n_bin = len(m.x) + len(m.y)
-        n_con = sum(len(c) for c in m.component_objects(pyo.Constraint, active=True))
-        bound = _finite(res.objective_bound)
-        if sol == "noSolution":
-            status = "infeasible" if term == "provenInfeasible" else "nosolution"
-            return IlpResult(status, None, bound, seconds, n_binaries=n_bin, n_constraints=n_con)
-        res.solution_loader.load_vars()
-        objective = _finite(res.incumbent_objective)
-        status = "optimal" if term == "convergenceCriteriaSatisfied" and sol == "optimal" else "feasible"
-        g = next(g for g in m.G if pyo.value(m.y[g]) > 0.5)
+        status, info = h.getModelStatus(), h.getInfo()
+        n_bin, n_con = len(self.x) + len(self.y), len(lp.rows)
+        bound = _finite(info.mip_dual_bound)
+        if info.primal_solution_status != 2:  # 2 = kSolutionStatusFeasible: no incumbent
+            # T ≥ 0 is minimised, so "unbounded or infeasible" (presolve's verdict) can only mean infeasible
+            proven = (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible)
+            status_name = "infeasible" if status in proven else "nosolution"
+            return IlpResult(status_name, None, bound, seconds, n_binaries=n_bin, n_constraints=n_con)
+        values = h.getSolution().col_value
+        objective = _finite(info.objective_function_value)
+        result = "optimal" if status == highspy.HighsModelStatus.kOptimal else "feasible"
+        g = next(g for g, col in self.y.items() if values[col] > 0.5)
         grouping = sp.groupings[g]
-        chosen = {s: p for (s, p) in m.X if pyo.value(m.x[s, p]) > 0.5}
+        chosen = {s: p for (s, p), col in self.x.items() if values[col] > 0.5}
         pools = [sp.pools[chosen[self.sidx[subset]]] for subset in grouping]
         options = [sp.options[(self.sidx[subset], chosen[self.sidx[subset]])] for subset in grouping]
-        if status == "optimal" and bound is None:
+        if result == "optimal" and bound is None:
             bound = objective
-        return IlpResult(status, objective, bound, seconds, grouping, pools, options, n_bin, n_con)
+        return IlpResult(result, objective, bound, seconds, grouping, pools, options, n_bin, n_con)
+
+
+def _inf(value: float, highs_inf: float) -> float:
+    return highs_inf if value == math.inf else -highs_inf if value == -math.inf else value
+
+
+def _quiet_highs(highspy):
+    """A silent `highspy.Highs()`: the first one in a process prints a banner to file descriptor 1 before any
+    option can be set, which would corrupt JSON on stdout (`hetrl plan -o -`); fd 1 is pointed at /dev/null
+    while it is made."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    try:
+        h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+    h.setOptionValue("output_flag", False)
+    return h
 
 
 def _finite(value) -> float | None:

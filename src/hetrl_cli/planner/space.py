@@ -287,6 +287,19 @@ def host_chunks(devices: Sequence[str], host_of: dict[str, str]) -> list[list[st
     return chunks
 
 
+UNPIPELINED_TASKS = frozenset({"generation"})
+"""Tasks the runtime does not pipeline (`hetrl run` refuses generation with pp > 1; see docs/run.md)."""
+
+
+def max_pp_of(task: str) -> int:
+    """The deepest pipeline the planner may give `task`: 1 for what the runtime cannot pipeline.
+
+    >>> max_pp_of("generation"), max_pp_of("actor_train")
+    (1, 16)
+    """
+    return 1 if task in UNPIPELINED_TASKS else 16
+
+
 def layouts(chunk_sizes: Sequence[int], shape: ModelShape, mixed: bool = True, max_pp: int = 16) -> list[Layout]:
     """Every layout whose TP groups fit inside the chunks and whose degrees divide the model sensibly;
     strided replicas only on `mixed` device sets (on one device type they only spread replicas wider)."""

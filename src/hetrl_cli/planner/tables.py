@@ -24,6 +24,7 @@ from hetrl_cli.planner.space import (
     device_tasks,
     host_chunks,
     layouts,
+    max_pp_of,
     place,
 )
 
@@ -144,7 +145,7 @@ class Tables:
         depths_of: dict[int, int] = {}
         skipped: set[tuple[int, int]] = set()
         mixed = len({self.spec_of[d] for d in devices}) > 1
-        for layout in layouts([len(c) for c in chunks], self.shapes[task], mixed):
+        for layout in layouts([len(c) for c in chunks], self.shapes[task], mixed, max_pp_of(task)):
             if (layout.tp, layout.pp) in skipped or (not layout.strided and depths_of.get(layout.tp, 0) >= depths):
                 skipped.add((layout.tp, layout.pp))
                 continue
