@@ -212,7 +212,7 @@ def plan(
 
 @app.command()
 def show(
-    plan_file: Annotated[str, typer.Argument(help="Plan JSON ('-' = stdin).")],
+    plan_file: Annotated[str, typer.Argument(help="Plan JSON ('-' = stdin), or a run directory (runs/ID).")],
     compare: Annotated[
         str | None, typer.Option("--compare", help="Another plan to show side by side, with ratios.")
     ] = None,
@@ -220,13 +220,27 @@ def show(
     profile_file: Annotated[
         str | None, typer.Option("--profile", help="Flag the plan as stale if made for another profile.")
     ] = None,
-    svg: Annotated[Path | None, typer.Option("--svg", help="Also write the timeline as SVG.")] = None,
+    svg: Annotated[
+        Path | None, typer.Option("--svg", help="Also write the timeline (a run: its charts) as SVG.")
+    ] = None,
 ) -> None:
-    """Make a plan readable: summary, groups, tasks, per-host map, timeline, memory, bottleneck."""
+    """Make a plan readable (summary, groups, tasks, per-host map, timeline, memory, bottleneck), or a run
+    directory (metrics over steps as sparklines, measured vs predicted per task, peak memory)."""
     from hetrl_cli.artifacts.io import load_artifact
     from hetrl_cli.artifacts.plan import Plan
     from hetrl_cli.artifacts.profile import ClusterProfile
+    from hetrl_cli.render.run import is_run_dir
 
+    if is_run_dir(plan_file):
+        if compare or profile_file:
+            raise BadInput("--compare and --profile apply to plans; a run directory is shown on its own")
+        from hetrl_cli.render.plan import FORMATS
+        from hetrl_cli.render.run import load_run_view, show_run
+
+        if fmt not in FORMATS:
+            raise BadInput(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+        show_run(load_run_view(plan_file), fmt=fmt, svg=svg)
+        return
     main_plan = load_artifact(plan_file, Plan)
     other = load_artifact(compare, Plan) if compare else None
     cluster = load_artifact(profile_file, ClusterProfile) if profile_file else None
@@ -287,8 +301,12 @@ def validate(
         str | None, typer.Option("--profile", help="Profile for --calibration (default profiles/NAME.json).")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the Validation on stdout, nothing else.")] = False,
+    allow_user_reward: Annotated[
+        bool, typer.Option("--allow-user-reward", help="Let the workers import the plan's module:function reward.")
+    ] = False,
 ) -> None:
-    """Run a plan for a few steps (or read a finished run) and compare predicted with measured seconds."""
+    """Run a plan for a few steps (or read a finished run) and compare predicted with measured seconds and
+    memory."""
     from hetrl_cli.artifacts.io import load_artifact, save_artifact
     from hetrl_cli.artifacts.plan import Plan
     from hetrl_cli.calibration.validate import (
@@ -303,7 +321,9 @@ def validate(
         path = Path(target)
     else:
         plan_obj = load_artifact(target, Plan)
-        path, _ = validate_plan(plan_obj, steps, warmup, run_dir, engine, echo=lambda line: console.print(line))
+        path, _ = validate_plan(
+            plan_obj, steps, warmup, run_dir, engine, echo=console.out, allow_user_reward=allow_user_reward
+        )
     if calibration is not None:
         result = validate_run_calibrated(path, warmup, calibration, profile_file)
     else:
@@ -387,9 +407,20 @@ def run(
     ssh_timeout: Annotated[
         str, typer.Option("--ssh-timeout", help="Limit of each SSH operation (connect, preflight, stop).")
     ] = "60s",
+    plain: Annotated[
+        bool, typer.Option("--plain", help="Plain prefixed worker lines, no live panel (the default off a terminal).")
+    ] = False,
+    no_tensorboard: Annotated[
+        bool, typer.Option("--no-tensorboard", help="Do not log steps to runs/ID/tensorboard/.")
+    ] = False,
+    allow_user_reward: Annotated[
+        bool,
+        typer.Option("--allow-user-reward", help="Let the workers import the workload's module:function reward."),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the RunSummary on stdout.")] = False,
 ) -> None:
-    """Execute a plan: PPO/GRPO workers laid out as the plan says (over SSH with --hosts), into runs/ID/."""
+    """Execute a plan: PPO/GRPO workers laid out as the plan says (over SSH with --hosts), into runs/ID/.
+    On a terminal a live panel shows step, reward, per-task seconds and tokens/s."""
     from hetrl_cli.artifacts.io import load_artifact, save_artifact
     from hetrl_cli.artifacts.plan import Plan
     from hetrl_cli.runtime.api import RunOptions, run_plan
@@ -407,6 +438,9 @@ def run(
         hosts_file=hosts_file,
         known_hosts=known_hosts,
         ssh_timeout_s=parse_duration(ssh_timeout),
+        tensorboard=not no_tensorboard,
+        live=False if plain else None,
+        allow_user_reward=allow_user_reward,
     )
     summary = run_plan(load_artifact(plan_file, Plan), options)
     if json_out:

@@ -14,22 +14,11 @@ import pytest
 from hetrl_cli.artifacts.io import dump_artifact
 from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.profile import ClusterProfile
-from hetrl_cli.cli import main
+
+from .inprocess import hetrl
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-
-
-def hetrl(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
-    """Run the CLI in-process (fast): exit code, stdout, stderr."""
-    monkeypatch.setattr(sys, "argv", ["hetrl", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

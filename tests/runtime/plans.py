@@ -10,7 +10,8 @@ from pathlib import Path
 from hetrl_cli.artifacts.plan import Plan, PlanCost, Replica, SolverStats, TaskCost, TaskGroup, TaskPlan
 from hetrl_cli.artifacts.workload import ModelSpec, RLSpec, Workload
 
-Placement = dict[str, list[tuple[str, float]]]
+Placement = dict[str, list[tuple[str, float]] | list[Replica]]
+"""Per task: (device, batch share) pairs (TP = PP = 1), or shaped replicas (see `replica`)."""
 
 
 def tiny_workload(**overrides) -> Workload:
@@ -35,23 +36,33 @@ def tiny_workload(**overrides) -> Workload:
     return Workload(**fields)
 
 
+def replica(stages: list[list[str]], share: float = 1.0, split: list[int] | None = None) -> Replica:
+    """One shaped replica: `stages[p]` is the TP group of stage p; `split` layers per stage (default 2 / stage)."""
+    return Replica(stages=stages, batch_share=share, layer_split=split or [2 // len(stages) or 1] * len(stages))
+
+
+def _replicas(entries: list[tuple[str, float]] | list[Replica]) -> list[Replica]:
+    return [e if isinstance(e, Replica) else replica([[e[0]]], e[1]) for e in entries]
+
+
 def hand_plan(workload: Workload, placement: Placement, name: str = "hand") -> Plan:
-    """A Plan that places each task on the given devices (TP=PP=1); tasks on the same device set share a group."""
+    """A Plan that places each task on the given devices; tasks on the same device set share a group."""
+    shaped = {task: _replicas(entries) for task, entries in placement.items()}
     groups: dict[tuple[str, ...], list[str]] = {}
-    for task, replicas in placement.items():
-        groups.setdefault(tuple(sorted({d for d, _ in replicas})), []).append(task)
+    for task, replicas in shaped.items():
+        groups.setdefault(tuple(sorted({d for r in replicas for d in r.devices})), []).append(task)
     group_name = {devices: f"g{i}" for i, devices in enumerate(groups)}
     tasks = []
-    for task, replicas in placement.items():
-        devices = tuple(sorted({d for d, _ in replicas}))
+    for task, replicas in shaped.items():
+        devices = tuple(sorted({d for r in replicas for d in r.devices}))
         tasks.append(
             TaskPlan(
                 task=task,
                 group=group_name[devices],
-                tp=1,
-                pp=1,
+                tp=len(replicas[0].stages[0]),
+                pp=len(replicas[0].stages),
                 dp=len(replicas),
-                replicas=[Replica(stages=[[d]], batch_share=s, layer_split=[2]) for d, s in replicas],
+                replicas=replicas,
                 predicted=TaskCost(compute_s=0.1, total_s=0.1),
             )
         )

@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from hetrl_cli.artifacts.io import save_artifact
+from hetrl_cli.artifacts.workload import ModelSpec
 from hetrl_cli.errors import BadInput
 from hetrl_cli.runtime.api import RunOptions, check_runnable, run_plan
-from hetrl_cli.runtime.layout import Layout, apportion, plan_devices, supported
+from hetrl_cli.runtime.layout import Layout, Position, apportion, plan_devices, supported
 
-from .plans import D0, D1, GRPO_TASKS, colocated, disaggregated, hand_plan, on, tiny_workload
+from .plans import D0, D1, GRPO_TASKS, colocated, disaggregated, hand_plan, on, replica, tiny_workload
 
 
 @pytest.mark.parametrize(
@@ -56,16 +57,55 @@ def _with(plan, task: str, **changes):
     return type(plan).model_validate(data)
 
 
-def test_supported_lists_tp_and_pp() -> None:
+def test_supported_accepts_tp_and_pp_and_refuses_what_does_not_run() -> None:
     wl = tiny_workload()
     base = hand_plan(wl, on(D0, GRPO_TASKS) | {"actor_train": [(D0, 1.0)]})
     tp = _with(base, "actor_train", tp=2, replicas=[{"stages": [[D0, D1]], "batch_share": 1.0, "layer_split": [2]}])
-    pp = _with(base, "generation", pp=2, replicas=[{"stages": [[D0], [D1]], "batch_share": 1.0, "layer_split": [1, 1]}])
-    assert supported(base) == []
-    assert supported(tp) == ["task actor_train: tp=2 (the runtime has no tensor parallelism yet)"]
-    assert supported(pp) == ["task generation: pp=2 (the runtime has no pipeline parallelism yet)"]
-    with pytest.raises(BadInput, match="cannot run yet: task actor_train: tp=2"):
-        check_runnable(tp)
+    two_stages = [{"stages": [[D0], [D1]], "batch_share": 1.0, "layer_split": [1, 1]}]
+    pp = _with(base, "actor_train", pp=2, replicas=two_stages)
+    gen_pp = _with(base, "generation", pp=2, replicas=two_stages)
+    gen_tp = _with(base, "generation", tp=2, replicas=[{"stages": [[D0, D1]], "batch_share": 1.0, "layer_split": [2]}])
+    assert supported(base) == supported(tp) == supported(pp) == supported(gen_tp) == []
+    assert supported(gen_pp) == ["task generation: pp=2 (generation is not pipelined; use tp or dp instead)"]
+    assert supported(gen_tp, "vllm") == [
+        "task generation: tp=2 with the vllm engine (pass --engine hf for TP generation)"
+    ]
+    with pytest.raises(BadInput, match=r"^plan 'hand' cannot run yet: task generation: pp=2 \(generation"):
+        check_runnable(gen_pp)
+
+
+def test_supported_checks_the_tiny_model_shape() -> None:
+    base = on(D0, GRPO_TASKS)
+    tp4 = hand_plan(tiny_workload(), base | {"reference": [replica([[D0, D1, "localhost/2", "localhost/3"]])]})
+    split = hand_plan(tiny_workload(), base | {"reference": [replica([[D0], [D1]], split=[1, 2])]})
+    assert supported(tp4) == ["task reference: tp=4 does not divide the tiny model (2 heads, 1 KV heads)"]
+    assert supported(split) == ["task reference: a layer split does not sum to the tiny model's 2 layers"]
+
+
+def test_layout_of_tp_and_uneven_pp_replicas() -> None:
+    """actor_train: two replicas, each 2 stages x TP 2 (ranks 0-3 and 4-7), uneven splits; generation TP 2."""
+    devices = [f"localhost/{i}" for i in range(8)]
+    reps = [replica([devices[0:2], devices[2:4]], 0.25, [1, 3]), replica([devices[4:6], devices[6:8]], 0.75, [3, 1])]
+    wl = tiny_workload(actor=ModelSpec(arch="tiny", path="/models/four-layers"))  # workers check its layer count
+    plan = hand_plan(wl, {"generation": [replica([devices[0:2]])], "reference": reps, "actor_train": reps})
+    layout = Layout.from_plan(plan)
+    actor = layout.tasks["actor_train"]
+    assert (actor.tp, actor.pp, actor.ranks, actor.ranges) == (2, 2, tuple(range(8)), ((0, 4), (4, 16)))
+    assert actor.range_of(3) == (0, 4) and actor.range_of(6) == (4, 16)
+    assert actor.position(3) == Position(replica=0, stage=1, tp_rank=1, tp=2, split=(1, 3), prev_rank=1)
+    assert actor.position(4) == Position(replica=1, stage=0, tp_rank=0, tp=2, split=(3, 1), next_rank=6)
+    assert [actor.position(r).output for r in range(8)] == [False, False, True, False, False, False, True, False]
+    assert actor.group_specs() == {
+        "dp:actor_train:0": [0, 2, 4, 6], "dp:actor_train:1": [1, 3, 5, 7],
+        "mp:actor_train:0": [0, 1, 2, 3], "mp:actor_train:1": [4, 5, 6, 7],
+        "tp:actor_train:0:0": [0, 1], "tp:actor_train:0:1": [2, 3],
+        "tp:actor_train:1:0": [4, 5], "tp:actor_train:1:1": [6, 7],
+    }  # fmt: skip
+    assert layout.tasks["generation"].position(1) == Position(replica=0, stage=0, tp_rank=1, tp=2, split=())
+    reward = layout.tasks["reward"]  # the rule reward scores once per actor replica, on its output rank
+    assert reward.ranks == (2, 6) and reward.ranges == ((0, 4), (4, 16))
+    assert layout.sync_ranks("actor_train", "generation") == [0, 1]
+    assert supported(plan) == []
 
 
 def test_multi_host_plans_need_a_hosts_file() -> None:

@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from hetrl_cli.artifacts.base import Artifact, Strict
+from hetrl_cli.artifacts.run import DeviceMemory
 
 
 class Comparison(Strict):
@@ -27,7 +28,7 @@ class Comparison(Strict):
     predicted_memory_bytes: int | None = None
     """Largest per-device peak the plan predicts for this task."""
     peak_memory_bytes: int | None = None
-    """Measured peak; None while the runtime does not record memory (see `notes`)."""
+    """Largest peak measured on the task's devices while it ran; None for runs that recorded no memory."""
 
 
 class Validation(Artifact):
@@ -52,6 +53,8 @@ class Validation(Artifact):
     median_abs_error: float | None = None
     """Over `tasks` with both figures (weight sync included)."""
     p90_abs_error: float | None = None
+    memory: list[DeviceMemory] = Field(default_factory=list)
+    """Per device, the plan's predicted peak against the peak measured over the whole run."""
     notes: list[str] = Field(default_factory=list)
 
 

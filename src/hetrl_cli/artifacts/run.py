@@ -17,7 +17,24 @@ class TaskMeasurement(Strict):
     error: float | None = None
     """(predicted - measured) / measured."""
     predicted_memory_bytes: int | None = None
+    """Largest per-device memory the plan predicts while this task runs."""
     peak_memory_bytes: int | None = None
+    """Largest peak measured on the task's devices while it ran (over every step)."""
+
+
+class DeviceMemory(Strict):
+    """One device: the plan's predicted peak against the peak its rank measured, over the whole run."""
+
+    device: str
+    measure: str
+    """What was measured: `rss` (the process's resident set high-water mark per task, CPU) or
+    `cuda_max_allocated` (torch.cuda.max_memory_allocated, reset before each task)."""
+    predicted_bytes: int | None = None
+    """Largest TaskPlan.memory_bytes of this device over the plan's tasks."""
+    peak_bytes: int
+    """Largest measured peak over the tasks and steps."""
+    tasks: dict[str, int] = Field(default_factory=dict)
+    """Measured peak per task (phase) on this device."""
 
 
 class RunSummary(Artifact):
@@ -34,4 +51,6 @@ class RunSummary(Artifact):
     finished_at: str | None = None
     iteration: TaskMeasurement | None = None
     tasks: list[TaskMeasurement] = Field(default_factory=list)
+    memory: list[DeviceMemory] = Field(default_factory=list)
+    """Per device, predicted vs measured peak memory (empty when the workers recorded none)."""
     error: str | None = None

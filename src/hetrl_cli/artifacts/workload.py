@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from hetrl_cli.artifacts.base import Artifact, Strict
 from hetrl_cli.errors import BadInput
@@ -115,11 +115,19 @@ class Workload(Artifact):
     """Activation recomputation in training (less memory, ~1/3 more compute)."""
     ppo_epochs: int = Field(default=1, gt=0)
     dataset: DatasetSpec = Field(default_factory=DatasetSpec)
-    reward_rule: Literal["numeric-answer", "toy"] = "numeric-answer"
-    """Rule-based reward used when `reward` is None."""
+    reward_rule: str = "numeric-answer"
+    """Rule-based reward used when `reward` is None: `numeric-answer`, `toy`, or your own `module:function`
+    called as fn(prompt, response, answer) -> float (run/validate need --allow-user-reward to import it)."""
     rl: RLSpec = Field(default_factory=RLSpec)
     """Learning rates, KL, clipping, GAE and sampling settings used by `hetrl run`."""
     seed: int = 0
+
+    @field_validator("reward_rule")
+    @classmethod
+    def _check_reward_rule(cls, rule: str) -> str:
+        from hetrl_cli.runtime.rewards import check_rule_name
+
+        return check_rule_name(rule)
 
     @model_validator(mode="after")
     def _check_roles(self) -> Workload:

@@ -3,6 +3,8 @@
 Measured = the median over the steps after warm-up of metrics.jsonl (`seconds[task]` is the slowest replica;
 `weight_sync_s`; `step_s`). Predicted = the plan's own figures, or the plan re-scored with a calibration.
 The `*_transfer` phases are not compared: the runtime's figure includes waiting for the slowest sender.
+Memory: per device, the plan's largest TaskPlan.memory_bytes against the largest peak the worker measured over
+every step (`peak_memory_bytes` in metrics.jsonl; on CPU the process's resident set, see runtime/tracking.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.errors import BadInput
 
 VALIDATION_FILE = "validation.json"
-NO_MEMORY_NOTE = "peak memory: not recorded by the runtime (metrics.jsonl has no memory figures); predicted only"
+NO_MEMORY_NOTE = "peak memory: not recorded (metrics.jsonl has no memory figures: a run from an older hetrl)"
+RSS_NOTE = (
+    "peak memory on CPU is the worker process's resident set (interpreter, libraries and every role it holds), "
+    "so it sits above the plan's model-state prediction"
+)
 
 
 def load_run(run_dir: str | Path) -> tuple[Plan, list[dict[str, Any]]]:
@@ -65,7 +71,9 @@ def predicted_seconds(plan: Plan) -> dict[str, float]:
     return out
 
 
-def compare(task: str, predicted: float | None, measured: list[float], memory: int | None = None) -> Comparison:
+def compare(
+    task: str, predicted: float | None, measured: list[float], memory: int | None = None, peak: int | None = None
+) -> Comparison:
     value = statistics.median(measured) if measured else None
     error = None
     if predicted is not None and value:
@@ -77,6 +85,7 @@ def compare(task: str, predicted: float | None, measured: list[float], memory: i
         error=error,
         steps=len(measured),
         predicted_memory_bytes=memory,
+        peak_memory_bytes=peak,
     )
 
 
@@ -99,12 +108,17 @@ def validate_run(
 ) -> Validation:
     """Compare a run directory's measurements with `scored` (default: its plan.json) and, when `write`,
     save the result as validation.json there."""
+    from hetrl_cli.runtime.rundir import device_memory, task_memory
+
     plan, metrics = load_run(run_dir)
     lines, notes = steady(metrics, warmup)
     measured = measured_seconds(lines)
     predicted = predicted_seconds(scored or plan)
-    memory = {t.task: max(t.memory_bytes.values()) for t in (scored or plan).tasks if t.memory_bytes}
-    tasks = [compare(t.task, predicted[t.task], measured.get(t.task, []), memory.get(t.task)) for t in plan.tasks]
+    devices = device_memory(scored or plan, metrics)
+    tasks = [
+        compare(t.task, predicted[t.task], measured.get(t.task, []), *task_memory(scored or plan, devices, t.task))
+        for t in plan.tasks
+    ]
     tasks.append(compare("weight_sync", predicted["weight_sync"], measured.get("weight_sync", [])))
     missing = [c.task for c in tasks if c.measured_s is None]
     if missing:
@@ -122,11 +136,18 @@ def validate_run(
         tasks=tasks,
         median_abs_error=median,
         p90_abs_error=p90,
-        notes=[*notes, NO_MEMORY_NOTE],
+        memory=devices,
+        notes=[*notes, *memory_notes(devices)],
     )
     if write:
         save_artifact(validation, Path(run_dir) / VALIDATION_FILE)
     return validation
+
+
+def memory_notes(devices: list) -> list[str]:
+    if not devices:
+        return [NO_MEMORY_NOTE]
+    return [RSS_NOTE] if any(d.measure.startswith("rss") for d in devices) else []
 
 
 def validate_run_calibrated(
@@ -150,13 +171,14 @@ def validate_plan(
     run_dir: Path | None = None,
     engine: str = "auto",
     echo=None,
+    allow_user_reward: bool = False,
 ) -> tuple[Path, Validation]:
     """Run `plan` for `steps` steps through the ordinary runtime (run_plan), then validate the run."""
     from hetrl_cli.runtime.api import RunOptions, run_plan
 
     if steps <= warmup:
         raise BadInput(f"--steps {steps} must exceed --warmup {warmup} so some steps are measured")
-    options = RunOptions(steps=steps, run_dir=run_dir, engine=engine)
+    options = RunOptions(steps=steps, run_dir=run_dir, engine=engine, allow_user_reward=allow_user_reward)
     if echo is not None:
         options.echo = echo
     summary = run_plan(plan, options)

@@ -36,10 +36,15 @@ def group_colour(letter: str) -> str:
 
 def write_svg(path: Path, digests: list[tuple[str, PlanDigest]]) -> None:
     """Write the chart atomically; `-` is refused because stdout carries the chosen format."""
+    save_svg(path, timeline_svg(digests))
+
+
+def save_svg(path: Path, document: str) -> None:
+    """Write an SVG document atomically (plans' timelines and runs' charts); `-` is refused."""
     if str(path) == "-":
         raise BadInput("--svg -: give a file path (stdout carries the table/json/markdown output)")
     try:
-        write_text_atomic(path, timeline_svg(digests))
+        write_text_atomic(path, document)
     except OSError as exc:
         raise HetrlError(f"cannot write {path}: {exc.strerror or exc}") from None
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from hetrl_cli.artifacts.calibration import Calibration, Comparison, Validation
-from hetrl_cli.render.digest import gib, seconds
+from hetrl_cli.render.digest import seconds
+from hetrl_cli.render.run import size_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,9 +25,23 @@ def _pct(value: float | None) -> str:
 
 
 def _row(table: Table, c: Comparison) -> None:
-    memory = gib(c.predicted_memory_bytes) if c.predicted_memory_bytes is not None else "—"
-    peak = gib(c.peak_memory_bytes) if c.peak_memory_bytes is not None else "not recorded"
-    table.add_row(c.task, _s(c.predicted_s), _s(c.measured_s), _pct(c.error), str(c.steps), memory, peak)
+    peak = size_text(c.peak_memory_bytes) if c.peak_memory_bytes is not None else "not recorded"
+    table.add_row(c.task, _s(c.predicted_s), _s(c.measured_s), _pct(c.error), str(c.steps),
+                  size_text(c.predicted_memory_bytes), peak)  # fmt: skip
+
+
+def print_memory(v: Validation, console: Console) -> None:
+    """Predicted vs peak measured memory per device (the largest over its tasks and every step)."""
+    if not v.memory:
+        return
+    table = Table(title="memory per device: predicted vs peak measured", title_justify="left")
+    for name in ("device", "measure", "predicted", "peak measured", "peak/pred.", "peak during"):
+        table.add_column(name, justify="left" if name in ("device", "measure", "peak during") else "right")
+    for d in v.memory:
+        ratio = f"{d.peak_bytes / d.predicted_bytes:.2f}×" if d.predicted_bytes else "—"
+        during = max(d.tasks, key=lambda t: d.tasks[t]) if d.tasks else "—"
+        table.add_row(d.device, d.measure, size_text(d.predicted_bytes), size_text(d.peak_bytes), ratio, during)
+    console.print(table)
 
 
 def print_validation(v: Validation, console: Console) -> None:
@@ -40,6 +55,7 @@ def print_validation(v: Validation, console: Console) -> None:
     table.add_section()
     _row(table, v.iteration)
     console.print(table)
+    print_memory(v, console)
     if v.median_abs_error is not None:
         console.print(
             f"|error| over tasks: median {v.median_abs_error * 100:.0f} %, p90 {v.p90_abs_error * 100:.0f} % "

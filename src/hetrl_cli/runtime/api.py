@@ -11,8 +11,9 @@ import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from hetrl_cli.artifacts.run import RunSummary
 from hetrl_cli.errors import BadInput, HetrlError
 from hetrl_cli.runtime.comm import DEFAULT_COLLECTIVE_TIMEOUT_S
 from hetrl_cli.runtime.layout import plan_devices, plan_hosts, supported
+from hetrl_cli.runtime.rewards import check_user_reward, user_reward_gate
 from hetrl_cli.runtime.rundir import LaunchManifest, RunDir, now_iso, summarize
 
 DEFAULT_RUN_TIMEOUT_S = 3600.0
@@ -56,14 +58,21 @@ class RunOptions:
     """known_hosts for strict host-key checks; None = ~/.ssh/known_hosts."""
     ssh_timeout_s: float = 60.0
     """Limit of each SSH operation (connect, preflight, stop) of a multi-host run."""
+    tensorboard: bool = True
+    """Rank 0 logs every step to runs/ID/tensorboard/ when the tensorboard package is installed."""
+    live: bool | None = False
+    """The rich live panel: None = when stdout and stderr are terminals (`hetrl run`); False = plain lines
+    through `echo` (the default for library callers, which chose their own echo)."""
+    allow_user_reward: bool = False
+    """Let the workers import the workload's `module:function` reward (user code named by the plan file)."""
     echo: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
-def check_runnable(plan: Plan) -> None:
+def check_runnable(plan: Plan, engine: str = "hf") -> None:
     """Refuse, with every reason at once, plans whose shapes the runtime does not execute yet."""
-    problems = supported(plan)
+    problems = supported(plan, engine)
     if problems:
-        raise BadInput(f"plan '{plan.name}' cannot run yet: {'; '.join(problems)}; re-plan with TP=PP=1")
+        raise BadInput(f"plan '{plan.name}' cannot run yet: {'; '.join(problems)}")
 
 
 def resolve_engine(requested: str, python: str) -> str:
@@ -125,6 +134,7 @@ def prepare(plan: Plan, options: RunOptions, engine: str) -> RunDir:
         collective_timeout_s=options.collective_timeout_s,
         resume=options.resume is not None,
         verify_weights=options.verify_weights,
+        tensorboard=options.tensorboard,
     )
     run.manifest.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return run
@@ -158,10 +168,14 @@ def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
         raise BadInput("--steps must be at least 1")
     if options.engine not in ENGINES:
         raise BadInput(f"unknown engine {options.engine!r}; choose one of: {', '.join(ENGINES)}")
-    check_runnable(plan)
+    if options.engine == "auto" and any(t.task == "generation" and t.tp > 1 for t in plan.tasks):
+        options = _replace(options, engine="hf")  # vllm does not run TP generation here; hf does
+    check_runnable(plan, options.engine)
+    user_reward_gate(plan.workload.reward_rule, plan.name, options.allow_user_reward)
     slots = _remote_slots(plan, options)
     if slots is not None:
         return _run_multihost(plan, options, slots)
+    check_user_reward(plan.workload.reward_rule, options.python)
     engine = resolve_engine(options.engine, options.python)
     run = prepare(plan, options, engine)
     devices = plan_devices(plan)
@@ -169,17 +183,41 @@ def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
     return _launch_and_summarize(
         plan,
         run,
-        lambda: launch_local(run, len(devices), options.python, options.timeout_s, options.echo, devices),
+        lambda echo: launch_local(run, len(devices), options.python, options.timeout_s, echo, devices),
         "every worker stopped",
+        options,
     )
 
 
-def _launch_and_summarize(plan: Plan, run, launch: Callable[[], None], stopped: str) -> RunSummary:
-    """Run `launch` and write summary.json however it ends (completed, failed, or Ctrl-C)."""
+def wants_live(options: RunOptions) -> bool:
+    """The live panel only where someone watches: both streams on a terminal (not piped, not in CI logs)."""
+    if options.live is not None:
+        return options.live
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def watching(run: RunDir, options: RunOptions) -> Iterator[Callable[[str], None]]:
+    """The line sink of a launch: the live panel's (worker lines print above it) or the plain echo."""
+    if not wants_live(options):
+        yield options.echo
+        return
+    from hetrl_cli.render.run import LiveView
+
+    with LiveView(run.root, options.steps) as view:
+        yield view.echo
+
+
+def _launch_and_summarize(
+    plan: Plan, run: RunDir, launch: Callable[[Callable[[str], None]], None], stopped: str, options: RunOptions
+) -> RunSummary:
+    """Run `launch(echo)` under the live view (or plain lines) and write summary.json however it ends
+    (completed, failed, or Ctrl-C). The one place single- and multi-host launches share."""
     started = now_iso()
     status, error = "completed", None
     try:
-        launch()
+        with watching(run, options) as echo:
+            launch(echo)
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted (Ctrl-C)"
         raise Interrupted(f"run {run.root.name}: interrupted (Ctrl-C); {stopped}") from None
@@ -215,10 +253,11 @@ def _run_multihost(plan: Plan, options: RunOptions, slots: list) -> RunSummary:
         return _launch_and_summarize(
             plan,
             run,
-            lambda: launch_multihost(
-                run, slots, port, known, options.ssh_timeout_s, options.timeout_s, options.echo, devices
+            lambda echo: launch_multihost(
+                run, slots, port, known, options.ssh_timeout_s, options.timeout_s, echo, devices
             ),
             "every worker stopped on every host",
+            options,
         )
     except KeyboardInterrupt:  # during preflight or preparation: nothing was launched yet
         raise Interrupted("interrupted (Ctrl-C) before the workers started") from None

@@ -4,7 +4,10 @@ Groups (created once, in a fixed order, by every rank, as torch.distributed requ
 - world: every rank; rollouts are all-gathered here and per-step metrics gathered to rank 0;
 - rest: the ranks of every task after generation; experience (rewards, reference log-probs, values) is
   all-gathered here, so async generation ranks are never waited for while training runs;
-- dp:<task>: the replicas of one task; gradients are all-reduced here;
+- dp:<task>:<t>: every rank of TP index t of one task (all replicas, all pipeline stages); gradients are
+  all-reduced here (layout.TaskLayout.group_specs);
+- mp:<task>:<r>, tp:<task>:<r>:<s>: replica r of a task (gradient norm, weight gathers) and the TP group of its
+  stage s (the TP all-reduces), for tasks with tp or pp above 1 (runtime/parallel.py);
 - sync:actor / sync:critic: a training leader plus the ranks that run inference with those weights; the
   weights are broadcast here as one flat buffer (one collective, not one per tensor).
 Gloo on CPU, NCCL on GPU (with gloo for object collectives).
@@ -86,28 +89,42 @@ def gather_to_zero(obj: Any) -> list[Any] | None:
     return out
 
 
-def allreduce_gradients(model: Module, group: Any, size: int) -> None:
+def allreduce_gradients(
+    params: Module | list[tuple[str, Tensor]],
+    group: Any,
+    size: int,
+    layout: list[tuple[str, tuple[int, ...]]] | None = None,
+) -> None:
     """Sum gradients over the DP group in one flat buffer.
 
     Each replica back-propagates its token-loss *sum* divided by the global token count, so the sum over
     replicas is exactly the full-batch gradient whatever the (uneven) shares are: no averaging here.
+    `params` is a model or (name, parameter) pairs. `layout` ((name, shape) of every parameter any member
+    holds) is for members that hold different pieces (pipeline stages): each fills its own slots, zeros
+    elsewhere, so one sum adds each layer over the replicas and a tied head to its embedding.
     """
     import torch
     import torch.distributed as dist
 
     if size == 1:
         return
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
+    named = list(params.named_parameters()) if hasattr(params, "named_parameters") else list(params)
+    named = [(n, p) for n, p in named if p.requires_grad]
+    for _, p in named:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    if layout is None:
+        layout = [(n, tuple(p.shape)) for n, p in named]
+    mine = {n: p for n, p in named}
+    like = named[0][1].grad if named else torch.zeros(())
+    flat = torch.cat([mine[n].grad.reshape(-1) if n in mine else like.new_zeros(_numel(shape)) for n, shape in layout])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
     offset = 0
-    for p in params:
-        n = p.numel()
-        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
-        offset += n
+    for n, shape in layout:
+        count = _numel(shape)
+        if n in mine:
+            mine[n].grad.copy_(flat[offset : offset + count].view_as(mine[n].grad))
+        offset += count
 
 
 def broadcast_weights(

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hetrl_cli.errors import BadInput
 
@@ -83,12 +83,15 @@ class _SeededGumbel:
     comes from its own seed rather than the process-global RNG.
     """
 
-    def __init__(self, seeds: tuple[int, ...], temperature: float, suppress_ids: tuple[int, ...]) -> None:
+    def __init__(
+        self, seeds: tuple[int, ...], temperature: float, suppress_ids: tuple[int, ...], steps: int = 1
+    ) -> None:
         import torch
 
         self.temperature = temperature
         self.suppress_ids = list(suppress_ids)
         self.generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+        self.steps, self.used, self.noise = max(1, steps), 0, None
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         import torch
@@ -97,20 +100,42 @@ class _SeededGumbel:
         scores[:, self.suppress_ids] = float("-inf")
         if self.temperature <= 0:
             return scores
-        uniform = torch.stack([torch.rand(scores.shape[1], generator=g) for g in self.generators])
-        gumbel = -torch.log(-torch.log(uniform.clamp(1e-10, 1.0 - 1e-7)))
-        return scores / self.temperature + gumbel.to(scores.device)
+        if self.noise is None or self.used == self.noise.shape[1]:
+            # Each row's noise for `steps` tokens in one draw: the generator yields the same stream as one draw per
+            # token (so the same samples) in a few large ops instead of ~10 small ones a token (bench/run_overhead).
+            uniform = torch.stack([torch.rand(self.steps, scores.shape[1], generator=g) for g in self.generators])
+            self.noise = (-torch.log(-torch.log(uniform.clamp(1e-10, 1.0 - 1e-7)))).to(scores.device)
+            self.used = 0
+        self.used += 1
+        return scores / self.temperature + self.noise[:, self.used - 1]
 
 
 class HFEngine:
-    """transformers `generate` on a private copy of the policy; prompts left-padded, batches of `batch_size`."""
+    """transformers `generate` on a private copy of the policy; prompts left-padded, batches of `batch_size`.
+
+    With a TP `parallel` position the copy is TP-sharded (parallel.Shard): every rank of the TP group runs
+    `generate` on the same prompts with the same seeds, and the all-reduces keep their logits, hence their
+    tokens and stopping, identical. Weight updates take full tensors and keep this rank's slices.
+    """
 
     name = "hf"
 
-    def __init__(self, model_dir: str | Path, device: str = "cpu", dtype: str = "fp32", batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        device: str = "cpu",
+        dtype: str = "fp32",
+        batch_size: int = 64,
+        parallel: Any = None,
+    ) -> None:
+        from hetrl_cli.runtime.parallel import Parallel, Shard
         from hetrl_cli.runtime.tinymodel import load_causal_lm
 
-        self.model = load_causal_lm(model_dir, dtype).to(device)
+        par = parallel or Parallel.single()
+        if par.pos.stages > 1:
+            raise ValueError("the hf engine does not pipeline generation (pp must be 1)")
+        self.shard = Shard.build(load_causal_lm(model_dir, dtype).to(device), par)
+        self.model = self.shard.model
         self.device = device
         self.batch_size = batch_size
 
@@ -126,7 +151,7 @@ class HFEngine:
         import torch
         from transformers import LogitsProcessorList
 
-        sampler = _SeededGumbel(seeds, sampling.temperature, sampling.suppress_ids)
+        sampler = _SeededGumbel(seeds, sampling.temperature, sampling.suppress_ids, sampling.max_new_tokens)
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), sampling.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -147,15 +172,13 @@ class HFEngine:
         return [cut_at_eos(row, sampling.eos_token_id, sampling.pad_token_id) for row in rows]
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
-        import torch
-
-        params = dict(self.model.named_parameters())
-        with torch.no_grad():
-            for name, tensor in named_tensors:
-                params[name].copy_(tensor)
+        self.shard.load_full(named_tensors)
 
     def weights_checksum(self) -> str:
-        return checksum_named(self.model.named_parameters())
+        """Of the full weights: with TP the shards are gathered first (collective over the TP group)."""
+        full = self.shard.full_weights(everyone=True)
+        assert full is not None
+        return checksum_named(full)
 
 
 def _vllm_reload(named: list[tuple[str, Tensor]], worker) -> bool:

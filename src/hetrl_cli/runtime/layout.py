@@ -4,8 +4,9 @@ Rank mapping (the launch manifest records it, workers only read it): the plan's 
 order of first appearance in the plan's groups and then by device index, are ranks 0..W-1. Ranks of one host
 are therefore contiguous, which is what `accelerate launch --machine_rank` expects across hosts.
 
-With TP = PP = 1 (the shapes the runtime executes today) a replica is one device, so a task's replicas are a
-list of ranks, each with an integer share of the step's sequences.
+A task's replica is a grid of ranks, stages x TP index (Replica.stages of the plan), with the replica's layer
+split and an integer share of the step's sequences; every rank of a replica sees the same sequences (TP ranks
+compute on them together, PP stages pass activations). With TP = PP = 1 a replica is one rank.
 
 This module imports no torch: the launcher, `supported()` and the tests use it without starting anything.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetrl_cli.artifacts.plan import Plan
+from hetrl_cli.artifacts.plan import Plan, TaskPlan
 from hetrl_cli.artifacts.workload import ALL_TASKS
 
 
@@ -71,24 +72,118 @@ def apportion(shares: list[float], total: int) -> list[int]:
 
 
 @dataclass(frozen=True)
+class Position:
+    """Where one rank sits in one replica of a task: pipeline stage, TP index, and the replica's layer split."""
+
+    replica: int
+    stage: int
+    tp_rank: int
+    tp: int
+    split: tuple[int, ...]
+    """Layers per stage of this replica (empty: the whole model in one stage)."""
+    prev_rank: int | None = None
+    """Global rank of equal TP index in the previous stage (activations come from it)."""
+    next_rank: int | None = None
+
+    @property
+    def stages(self) -> int:
+        return max(1, len(self.split))
+
+    @property
+    def first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def last(self) -> bool:
+        return self.stage == self.stages - 1
+
+    @property
+    def output(self) -> bool:
+        """Whether this rank's results count for the replica (last stage, TP index 0): no duplicates."""
+        return self.last and self.tp_rank == 0
+
+
+@dataclass(frozen=True)
+class ReplicaLayout:
+    """One DP replica: grid[stage][tp index] = rank; its layer split; the step sequences [start, stop) it gets."""
+
+    grid: tuple[tuple[int, ...], ...]
+    layer_split: tuple[int, ...]
+    span: tuple[int, int]
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(r for stage in self.grid for r in stage)
+
+    @property
+    def output_rank(self) -> int:
+        return self.grid[-1][0]
+
+
+@dataclass(frozen=True)
 class TaskLayout:
-    """One task: the rank of each DP replica and the half-open range of step sequences it processes."""
+    """One task: its replicas, each a stage x TP grid of ranks with a share of the step's sequences.
+
+    With TP = PP = 1 a replica is one rank, and `ranks` / `ranges` list one entry per replica.
+    """
 
     task: str
-    ranks: tuple[int, ...]
-    ranges: tuple[tuple[int, int], ...]
+    replicas: tuple[ReplicaLayout, ...]
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Every rank of the task, replica by replica (stage-major, then TP index)."""
+        return tuple(r for rep in self.replicas for r in rep.ranks)
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """Sequences [start, stop) of each replica."""
+        return tuple(rep.span for rep in self.replicas)
+
+    @property
+    def tp(self) -> int:
+        return len(self.replicas[0].grid[0])
+
+    @property
+    def pp(self) -> int:
+        return len(self.replicas[0].grid)
+
+    def replica_of(self, rank: int) -> ReplicaLayout | None:
+        return next((rep for rep in self.replicas if rank in rep.ranks), None)
 
     def range_of(self, rank: int) -> tuple[int, int]:
-        """Sequences [start, stop) this rank handles for the task; (0, 0) when it has no replica of it."""
-        for r, span in zip(self.ranks, self.ranges, strict=True):
-            if r == rank:
-                return span
-        return (0, 0)
+        """Sequences [start, stop) this rank's replica handles (every rank of it sees them); (0, 0) outside."""
+        rep = self.replica_of(rank)
+        return rep.span if rep is not None else (0, 0)
+
+    def position(self, rank: int) -> Position | None:
+        """Where `rank` sits in its replica of this task (None when it runs no part of the task)."""
+        for index, rep in enumerate(self.replicas):
+            for stage, tp_group in enumerate(rep.grid):
+                if rank in tp_group:
+                    t = tp_group.index(rank)
+                    prev = rep.grid[stage - 1][t] if stage > 0 else None
+                    nxt = rep.grid[stage + 1][t] if stage + 1 < len(rep.grid) else None
+                    split = rep.layer_split if len(rep.grid) > 1 else ()
+                    return Position(index, stage, t, len(tp_group), split, prev, nxt)
+        return None
 
     @property
     def leader(self) -> int:
-        """Rank of replica 0: the source of weight syncs and the writer of this task's checkpoint."""
-        return self.ranks[0]
+        """Rank of replica 0's first stage, TP index 0: the source of weight syncs and the checkpoint writer."""
+        return self.replicas[0].grid[0][0]
+
+    def group_specs(self) -> dict[str, list[int]]:
+        """Process groups this task needs: `dp:<task>:<t>` (every rank of TP index t, all replicas and
+        stages: gradient sums), `mp:<task>:<r>` (replica r: norms, gathers) and `tp:<task>:<r>:<s>`."""
+        specs = {f"dp:{self.task}:{t}": [rep.grid[s][t] for rep in self.replicas for s in range(self.pp)]
+                 for t in range(self.tp)}  # fmt: skip
+        for r, rep in enumerate(self.replicas):
+            if len(rep.ranks) > 1:
+                specs[f"mp:{self.task}:{r}"] = list(rep.ranks)
+            if self.tp > 1:
+                specs.update({f"tp:{self.task}:{r}:{s}": list(group) for s, group in enumerate(rep.grid)})
+        return specs
 
 
 @dataclass(frozen=True)
@@ -106,15 +201,23 @@ class Layout:
         rank_of = {d: i for i, d in enumerate(order)}
         total = plan.workload.samples_per_step
         tasks = {}
+
+        def grid(stages: list[list[str]]) -> tuple[tuple[int, ...], ...]:
+            return tuple(tuple(rank_of[d] for d in stage) for stage in stages)
+
         for task in plan.tasks:
-            ranks = tuple(rank_of[r.devices[0]] for r in task.replicas)
             counts = apportion([r.batch_share for r in task.replicas], total)
             starts = [sum(counts[:i]) for i in range(len(counts))]
-            ranges = tuple((s, s + c) for s, c in zip(starts, counts, strict=True))
-            tasks[task.task] = TaskLayout(task.task, ranks, ranges)
+            replicas = tuple(
+                ReplicaLayout(grid(r.stages), tuple(r.layer_split), (start, start + count))
+                for r, start, count in zip(task.replicas, starts, counts, strict=True)
+            )
+            tasks[task.task] = TaskLayout(task.task, replicas)
         if "reward" not in tasks and plan.workload.reward is None and "actor_train" in tasks:
-            # A rule-based reward needs no device, so planners may leave it out: score on the actor's shares.
-            tasks["reward"] = TaskLayout("reward", tasks["actor_train"].ranks, tasks["actor_train"].ranges)
+            # A rule-based reward needs no device, so planners may leave it out: score on the actor's shares,
+            # once per replica (on its output rank).
+            rule = tuple(ReplicaLayout(((rep.output_rank,),), (1,), rep.span) for rep in tasks["actor_train"].replicas)
+            tasks["reward"] = TaskLayout("reward", rule)
         return cls(tuple(order), tasks, total)
 
     @property
@@ -143,14 +246,23 @@ class Layout:
         return not set(self.tasks["generation"].ranks) & set(self.rest_ranks)
 
 
-def supported(plan: Plan) -> list[str]:
-    """What in `plan` the runtime cannot execute yet, one line each (empty = runnable)."""
+def supported(plan: Plan, engine: str = "hf") -> list[str]:
+    """What in `plan` the runtime cannot execute, one line each (empty = runnable).
+
+    Runs: any TP degree that divides the model (heads, KV heads split or replicated, intermediate size) for
+    every task, generation included with the hf engine; any PP depth and (uneven) layer split for every task but
+    generation. `engine` is the resolved or requested engine (`auto` may still become vllm).
+    """
     problems = []
     for task in plan.tasks:
-        if task.tp > 1:
-            problems.append(f"task {task.task}: tp={task.tp} (the runtime has no tensor parallelism yet)")
-        if task.pp > 1:
-            problems.append(f"task {task.task}: pp={task.pp} (the runtime has no pipeline parallelism yet)")
+        if task.pp > 1 and task.task == "generation":
+            problems.append(f"task generation: pp={task.pp} (generation is not pipelined; use tp or dp instead)")
+        if task.tp > 1 and task.task == "generation" and engine == "vllm":
+            problems.append(f"task generation: tp={task.tp} with the vllm engine (pass --engine hf for TP generation)")
+        used = task.devices
+        if len(set(used)) != len(used):
+            problems.append(f"task {task.task}: a device appears twice in its replicas")
+        problems.extend(f"task {task.task}: {line}" for line in _model_fits(plan, task))
     placed = {task.task for task in plan.tasks}
     if plan.workload.reward is None:
         placed.add("reward")  # rule-based: runs on the actor_train ranks when the plan does not place it
@@ -158,3 +270,20 @@ def supported(plan: Plan) -> list[str]:
     if missing:
         problems.append(f"tasks not placed by the plan: {', '.join(missing)}")
     return problems
+
+
+def _model_fits(plan: Plan, task: TaskPlan) -> list[str]:
+    """TP and layer-split checks for the built-in tiny model (an HF model directory is checked by the workers)."""
+    from hetrl_cli.artifacts.workload import TASK_ROLE
+    from hetrl_cli.runtime.tinymodel import TINY_CONFIG
+
+    spec = plan.workload.model_for(TASK_ROLE[task.task]) if task.task in TASK_ROLE else None
+    if spec is None or spec.path or spec.arch != "tiny":
+        return []
+    heads, kv = TINY_CONFIG["num_attention_heads"], TINY_CONFIG["num_key_value_heads"]
+    layers, out = TINY_CONFIG["num_hidden_layers"], []
+    if heads % task.tp or not (kv % task.tp == 0 or task.tp % kv == 0) or TINY_CONFIG["intermediate_size"] % task.tp:
+        out.append(f"tp={task.tp} does not divide the tiny model ({heads} heads, {kv} KV heads)")
+    if any(sum(r.layer_split) != layers for r in task.replicas):
+        out.append(f"a layer split does not sum to the tiny model's {layers} layers")
+    return out

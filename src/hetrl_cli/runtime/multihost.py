@@ -91,6 +91,13 @@ try:
         out["iface_error"] = (route.stderr or route.stdout).strip() or "no route"
 except Exception as exc:
     out["iface"], out["iface_error"] = None, f"{type(exc).__name__}: {exc}"
+if args.get("reward"):
+    sys.path.insert(0, args["cwd"])  # the remote launch runs from there when it exists
+    try:
+        from hetrl_cli.runtime.rewards import load_user_reward
+        load_user_reward(args["reward"])
+    except Exception as exc:
+        out["reward_error"] = str(exc)
 if args["port"]:
     with socket.socket() as sock:
         sock.bind(("", 0))
@@ -233,6 +240,8 @@ def check_facts(slot: HostSlot, version: str, need_bytes: int, run_dir: Path) ->
         slot.problems.append(f"workload file {path} is missing there: copy it to the same path on every host")
     if not f.get("iface"):
         slot.problems.append(f"cannot find the interface that reaches the main host: {f.get('iface_error')}")
+    if f.get("reward_error"):
+        slot.problems.append(f"{f['reward_error']} (a reward task runs here; the module must import on this host)")
 
 
 def preflight(
@@ -243,8 +252,14 @@ def preflight(
 
     main = slots[0].entry.host
     base = {"run_dir": str(run_dir), "cwd": os.getcwd(), "paths": workload_paths(plan), "main": main}
+    reward_hosts = user_reward_hosts(plan)
+
+    def args_of(slot: HostSlot) -> dict[str, Any]:
+        reward = plan.workload.reward_rule if slot.name in reward_hosts else None
+        return {**base, "port": slot.machine_rank == 0, "reward": reward}
+
     with ThreadPoolExecutor(max_workers=min(32, len(slots))) as pool:
-        list(pool.map(lambda s: preflight_one(s, known, timeout_s, {**base, "port": s.machine_rank == 0}), slots))
+        list(pool.map(lambda s: preflight_one(s, known, timeout_s, args_of(s)), slots))
     need = required_disk_bytes(plan)
     for slot in slots:
         if slot.facts:
@@ -265,6 +280,18 @@ def preflight(
         lines = "\n".join(f"  {s.name}: {p}" for s in failing for p in s.problems)
         raise RemoteError(f"preflight failed on {len(failing)} of {len(slots)} hosts; nothing launched:\n{lines}")
     return engine, int(slots[0].facts["port"])
+
+
+def user_reward_hosts(plan: Plan) -> set[str]:
+    """Hosts that import the workload's `module:function` reward (those running a reward rank)."""
+    from hetrl_cli.runtime.layout import Layout
+    from hetrl_cli.runtime.rewards import is_user_reward
+
+    if plan.workload.reward is not None or not is_user_reward(plan.workload.reward_rule):
+        return set()
+    layout = Layout.from_plan(plan)
+    devices = plan_devices(plan)
+    return {split_device_id(devices[r])[0] for r in layout.tasks["reward"].ranks} if "reward" in layout.tasks else set()
 
 
 def generation_ranks(plan: Plan) -> list[int]:
@@ -325,11 +352,12 @@ def launch_pid_file(run: RunDir, machine_rank: int) -> Path:
 
 
 def launch_argv(slot: HostSlot, slots: list[HostSlot], port: int, run_dir: Path) -> list[str]:
-    """accelerate's multi-host recipe (PLATFORM.md) when every host runs as many processes; torchrun otherwise."""
+    """accelerate's multi-host recipe (PLATFORM.md) when every host runs as many processes; torchrun otherwise
+    (uneven counts, and a single process, which accelerate's --multi_gpu refuses)."""
     total = sum(len(s.ranks) for s in slots)
     main = slots[0].entry.host
     worker = ["-m", "hetrl_cli.runtime.worker", "--run-dir", str(run_dir)]
-    if len({len(s.ranks) for s in slots}) == 1:
+    if total > 1 and len({len(s.ranks) for s in slots}) == 1:
         return [
             slot.python, "-m", "accelerate.commands.launch", "--multi_gpu",
             "--num_machines", str(len(slots)), "--machine_rank", str(slot.machine_rank),

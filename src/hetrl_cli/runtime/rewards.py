@@ -1,16 +1,34 @@
-"""Rule-based rewards: plain functions of (response text, reference answer) -> float in [0, 1].
+"""Rule-based rewards: plain functions of (response text, reference answer) -> float in [0, 1], and user rewards.
 
 `numeric-answer` checks a GSM8K-style final number; `toy` rewards the fraction of a target character, a task
 the tiny random model measurably learns on CPU within a few dozen GRPO steps (it only has to shift probability
 mass towards the tokens that contain the character).
+
+A workload's `reward_rule` may instead name the user's own function as `module:function` (e.g.
+`my_rewards:exact_match`), importable from the run's working directory or PYTHONPATH, called as
+`fn(prompt, response, answer) -> float`. That names code to execute, and a plan file carries its workload, so
+`hetrl run` / `hetrl validate` import it only with `--allow-user-reward` (see `user_reward_gate`), and check
+that it imports and takes three arguments before anything is launched (`check_user_reward`).
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import math
 import re
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
+
+from hetrl_cli.errors import BadInput
 
 RewardFn = Callable[[str, str], float]
+"""A built-in rule: (response, answer) -> reward."""
+ScoreFn = Callable[[str, str, str], float]
+"""What the reward role calls: (prompt, response, answer) -> reward."""
+USER_REWARD = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+"""`package.module:function`."""
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
@@ -74,3 +92,105 @@ def reward_rule(name: str) -> RewardFn:
         return REWARD_RULES[name]
     except KeyError:
         raise ValueError(f"unknown reward rule {name!r}; known: {', '.join(REWARD_RULES)}") from None
+
+
+def is_user_reward(rule: str) -> bool:
+    """Whether a `reward_rule` names user code (`module:function`) rather than a built-in rule.
+
+    >>> is_user_reward("toy"), is_user_reward("my_rewards:exact")
+    (False, True)
+    """
+    return ":" in rule
+
+
+def check_rule_name(rule: str) -> str:
+    """The workload validator: a built-in rule or a well-formed `module:function` (ValueError otherwise)."""
+    if rule in REWARD_RULES or USER_REWARD.match(rule):
+        return rule
+    raise ValueError(
+        f"reward_rule {rule!r} is neither a built-in rule ({', '.join(REWARD_RULES)}) nor 'module:function'"
+    )
+
+
+def load_user_reward(spec: str) -> ScoreFn:
+    """Import `module:function` and check it can be called as fn(prompt, response, answer) (ValueError, one line)."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module may raise anything at import time
+        raise ValueError(f"reward {spec}: cannot import {module_name}: {type(exc).__name__}: {exc}") from None
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise ValueError(f"reward {spec}: module {module_name} ({module.__file__}) has no {attr!r}")
+    if not callable(fn):
+        raise ValueError(f"reward {spec}: {attr} is a {type(fn).__name__}, not a function")
+    try:
+        inspect.signature(fn).bind("prompt", "response", "answer")
+    except TypeError:
+        raise ValueError(
+            f"reward {spec}: {attr}{inspect.signature(fn)} cannot take (prompt, response, answer)"
+        ) from None
+    except ValueError:  # builtins without a signature: trust them
+        pass
+    return _checked(spec, fn)
+
+
+def _checked(spec: str, fn: ScoreFn) -> ScoreFn:
+    """`fn` whose result must be a finite number (a clear error in the worker's log otherwise)."""
+
+    def score(prompt: str, response: str, answer: str) -> float:
+        value = fn(prompt, response, answer)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if isinstance(value, bool) or not math.isfinite(number):
+            raise ValueError(f"reward {spec} returned {value!r}; it must return a finite float")
+        return number
+
+    return score
+
+
+def reward_scorer(rule: str) -> ScoreFn:
+    """What the reward role calls for a workload's `reward_rule`: a built-in (the prompt unused) or user code.
+
+    >>> reward_scorer("toy")("say a:", "aab", "a")
+    0.6666666666666666
+    """
+    if is_user_reward(rule):
+        return load_user_reward(rule)
+    fn = reward_rule(rule)
+    return lambda prompt, response, answer: fn(response, answer)
+
+
+_CHECK_SCRIPT = (
+    "import sys\n"
+    "from hetrl_cli.runtime.rewards import load_user_reward\n"
+    "try:\n    load_user_reward(sys.argv[1])\n"
+    "except ValueError as exc:\n    print(exc); sys.exit(1)"
+)
+"""Run by the worker interpreter in the launch's directory: imports the function exactly as a worker would."""
+
+
+def user_reward_gate(rule: str, plan_name: str, allowed: bool) -> None:
+    """Refuse a plan whose workload names user code unless the user said they trust it (--allow-user-reward)."""
+    if is_user_reward(rule) and not allowed:
+        raise BadInput(
+            f"plan '{plan_name}' names reward code {rule!r} (workload reward_rule), which the workers would import "
+            "and run: pass --allow-user-reward if it is yours"
+        )
+
+
+def check_user_reward(rule: str, python: str, cwd: Path | None = None, timeout_s: float = 120.0) -> None:
+    """Preflight: import `module:function` with the worker interpreter from the run's working directory."""
+    if not is_user_reward(rule):
+        return
+    try:
+        done = subprocess.run(
+            [python, "-c", _CHECK_SCRIPT, rule], cwd=cwd, capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        raise BadInput(f"reward {rule}: importing it took over {timeout_s:.0f} s") from None
+    if done.returncode != 0:
+        lines = (done.stdout.strip() or done.stderr.strip() or f"exit code {done.returncode}").splitlines()
+        raise BadInput(lines[-1] if lines[-1].startswith("reward ") else f"reward {rule}: {lines[-1]}")

@@ -1,8 +1,10 @@
 """One class per RL role: Generator, Actor, Reference, Critic, RuleReward, RewardModel.
 
 Each role owns its model and does one thing on the sequences it is given; the worker decides which ranks
-hold which roles and moves data between them. Models never see parallelism: the only distributed call in
-here is the gradient all-reduce the worker's DP group is handed in.
+hold which roles and moves data between them. Models never see parallelism: a role holds a parallel.Shard
+(the whole model when alone, else its stage's TP-sliced layers) and runs every micro-batch through
+parallel.pipeline_forward / pipeline_train, which are plain loops on one rank. On a pipeline, results (log-probs,
+values, loss sums) exist on the last stage only; elsewhere the lists come back empty.
 """
 
 from __future__ import annotations
@@ -83,11 +85,31 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _response_logits(model, batch: SeqBatch) -> Tensor:
-    """Logits at the positions that predict each response token: [n, T, V]."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+def _at_positions(logits: Tensor, batch: SeqBatch) -> Tensor:
+    """Logits at the positions that predict each response token: [n, L, V] -> [n, T, V]."""
     index = batch.positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
     return logits.gather(1, index)
+
+
+def _shard(model, parallel):
+    """The model cut to this rank's position (the whole model when `parallel` is None)."""
+    from hetrl_cli.runtime.parallel import Parallel, Shard
+
+    return Shard.build(model, parallel or Parallel.single())
+
+
+def _per_sequence(shard, rollouts: list[Rollout], pad_id: int, micro_batch: int, device: str, fn) -> list[Any]:
+    """`fn(logits, batch)` -> [n, T] per micro-batch, without gradients; one row list per sequence, cut to its
+    response length (empty on pipeline stages other than the last)."""
+    from hetrl_cli.runtime.parallel import pipeline_forward
+
+    chunks = _chunks(rollouts, micro_batch)
+    batches = [collate(chunk, pad_id, device) for chunk in chunks]
+    outs = pipeline_forward(shard, batches, lambda logits, i: fn(logits, batches[i]).float().cpu())
+    if not outs:  # not the last pipeline stage
+        return []
+    return [out[i, : len(r.response_ids)].tolist() for chunk, out in zip(chunks, outs, strict=True)
+            for i, r in enumerate(chunk)]  # fmt: skip
 
 
 def make_optimizer(params, kind: str, lr: float, weight_decay: float):
@@ -139,26 +161,24 @@ class Generator:
 class Reference:
     """The frozen initial policy: per-token log-probs of responses (for the KL term)."""
 
-    def __init__(self, model_dir: str | Path, pad_id: int, micro_batch: int, device: str = "cpu") -> None:
+    def __init__(
+        self, model_dir: str | Path, pad_id: int, micro_batch: int, device: str = "cpu", parallel: Any = None
+    ) -> None:
         from hetrl_cli.runtime.tinymodel import load_causal_lm
 
-        self.model = load_causal_lm(model_dir).to(device).requires_grad_(False)
+        self.shard = _shard(load_causal_lm(model_dir).to(device).requires_grad_(False), parallel)
+        self.model = self.shard.model
         self.pad_id, self.micro_batch, self.device = pad_id, micro_batch, device
 
     def logprobs(self, rollouts: list[Rollout]) -> list[list[float]]:
-        return _logprobs_lists(self.model, rollouts, self.pad_id, self.micro_batch, self.device)
+        return _logprobs_lists(self.shard, rollouts, self.pad_id, self.micro_batch, self.device)
 
 
-def _logprobs_lists(model, rollouts: list[Rollout], pad_id: int, micro_batch: int, device: str) -> list[list[float]]:
-    import torch
+def _logprobs_lists(shard, rollouts: list[Rollout], pad_id: int, micro_batch: int, device: str) -> list[list[float]]:
+    def logp(logits: Tensor, batch: SeqBatch) -> Tensor:
+        return alg.gather_logprobs(_at_positions(logits, batch), batch.response)
 
-    out: list[list[float]] = []
-    with torch.no_grad():
-        for chunk in _chunks(rollouts, micro_batch):
-            batch = collate(chunk, pad_id, device)
-            logp = alg.gather_logprobs(_response_logits(model, batch), batch.response).cpu()
-            out.extend(logp[i, : len(r.response_ids)].tolist() for i, r in enumerate(chunk))
-    return out
+    return _per_sequence(shard, rollouts, pad_id, micro_batch, device, logp)
 
 
 class Actor:
@@ -174,16 +194,18 @@ class Actor:
         pad_id: int,
         micro_batch: int,
         device: str = "cpu",
+        parallel: Any = None,
     ) -> None:
         from hetrl_cli.runtime.tinymodel import load_causal_lm
 
-        self.model = load_causal_lm(model_dir).to(device)
-        self.optimizer = make_optimizer(self.model.parameters(), optimizer, rl.lr, rl.weight_decay)
+        self.shard = _shard(load_causal_lm(model_dir).to(device), parallel)
+        self.model = self.shard.model
+        self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.lr, rl.weight_decay)
         self.rl, self.algorithm, self.epochs = rl, algorithm, epochs
         self.pad_id, self.micro_batch, self.device = pad_id, micro_batch, device
 
     def logprobs(self, rollouts: list[Rollout]) -> list[list[float]]:
-        return _logprobs_lists(self.model, rollouts, self.pad_id, self.micro_batch, self.device)
+        return _logprobs_lists(self.shard, rollouts, self.pad_id, self.micro_batch, self.device)
 
     def train_step(
         self,
@@ -197,32 +219,35 @@ class Actor:
         """One update per epoch on this replica's `rollouts` (tensors [n, T] aligned with them).
 
         Losses are token sums over `total_tokens`, the token count of the *whole* step, so summing
-        gradients over the DP group gives the full-batch gradient (comm.allreduce_gradients).
-        Returns sums (pg_loss, kl, clipped, tokens) for the caller to combine across replicas.
+        gradients over the DP group gives the full-batch gradient (Shard.reduce_gradients). `dp` is the
+        (group, size) of this rank's gradient sum. Returns sums (pg_loss, kl, clipped, tokens) for the caller to
+        combine across replicas (zero on pipeline stages other than the last) and the global gradient norm.
         """
-        import torch
-
-        from hetrl_cli.runtime.comm import allreduce_gradients
+        from hetrl_cli.runtime.parallel import pipeline_train
 
         sums = {"pg_loss_sum": 0.0, "kl_sum": 0.0, "clipped_sum": 0.0, "tokens": 0.0, "grad_norm": 0.0}
+        starts = list(range(0, len(rollouts), self.micro_batch))
+        batches = [collate(rollouts[lo : lo + self.micro_batch], self.pad_id, self.device) for lo in starts]
+
+        def loss(logits: Tensor, i: int) -> tuple[Tensor, dict[str, Any]]:
+            lo, hi = starts[i], starts[i] + self.micro_batch
+            part = self._micro_loss(logits, batches[i], advantages[lo:hi], old_logp[lo:hi], ref_logp[lo:hi])
+            return part["loss_sum"] / total_tokens, part
+
         for _ in range(self.epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            for lo in range(0, len(rollouts), self.micro_batch):
-                hi = lo + self.micro_batch
-                part = self._micro_loss(rollouts[lo:hi], advantages[lo:hi], old_logp[lo:hi], ref_logp[lo:hi])
-                (part["loss_sum"] / total_tokens).backward()
+            for part in pipeline_train(self.shard, batches, loss):
                 for key in ("pg_loss_sum", "kl_sum", "clipped_sum", "tokens"):
                     sums[key] += float(part[key])
-            allreduce_gradients(self.model, *dp)
-            sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.rl.grad_clip))
+            self.shard.reduce_gradients(*dp)
+            sums["grad_norm"] = self.shard.clip_grad_norm(self.rl.grad_clip)
             self.optimizer.step()
         return sums
 
-    def _micro_loss(self, rollouts, advantages, old_logp, ref_logp) -> dict[str, Any]:
-        batch = collate(rollouts, self.pad_id, self.device)
+    def _micro_loss(self, logits: Tensor, batch: SeqBatch, advantages, old_logp, ref_logp) -> dict[str, Any]:
         steps = batch.mask.shape[1]
         adv, old, ref = (x[:, :steps].to(self.device) for x in (advantages, old_logp, ref_logp))
-        logp = alg.gather_logprobs(_response_logits(self.model, batch), batch.response)
+        logp = alg.gather_logprobs(_at_positions(logits, batch), batch.response)
         pg, clipped = alg.policy_loss(logp, old, adv, self.rl.clip_eps)
         kl = alg.kl_k3(logp, ref)
         loss = pg + self.rl.kl_coef * kl if self.algorithm == "grpo" else pg
@@ -235,15 +260,16 @@ class Actor:
             "tokens": mask.sum(),
         }
 
-    def named_weights(self) -> list[tuple[str, Tensor]]:
-        return [(n, p.detach()) for n, p in self.model.named_parameters()]
+    def named_weights(self) -> list[tuple[str, Tensor]] | None:
+        """The full model's weights in HF names on the replica's leader (None on its other ranks; collective)."""
+        return self.shard.full_weights()
 
-    def state(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+    def state(self) -> dict[str, Any] | None:
+        """Weights and optimizer state, full shapes, canonical names (leader only; collective over the replica)."""
+        return _full_state(self.shard, self.optimizer)
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        _load_full_state(self.shard, self.optimizer, state)
 
 
 class Critic:
@@ -259,108 +285,117 @@ class Critic:
         micro_batch: int,
         seed: int,
         device: str = "cpu",
+        parallel: Any = None,
     ) -> None:
         import torch
         from transformers import AutoModelForTokenClassification
 
         torch.manual_seed(seed)  # the value head is freshly initialised: identical on every critic rank
-        self.model = AutoModelForTokenClassification.from_pretrained(str(model_dir), num_labels=1).to(device)
-        self.optimizer = make_optimizer(self.model.parameters(), optimizer, rl.critic_lr, rl.weight_decay)
+        model = AutoModelForTokenClassification.from_pretrained(str(model_dir), num_labels=1).to(device)
+        self.shard = _shard(model, parallel)
+        self.model = self.shard.model
+        self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.critic_lr, rl.weight_decay)
         self.rl, self.epochs, self.pad_id, self.micro_batch, self.device = rl, epochs, pad_id, micro_batch, device
 
-    def _values(self, batch: SeqBatch) -> Tensor:
-        out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[..., 0]
-        return out.gather(1, batch.positions)
+    @staticmethod
+    def _values(logits: Tensor, batch: SeqBatch) -> Tensor:
+        return logits[..., 0].gather(1, batch.positions)
 
     def values(self, rollouts: list[Rollout]) -> list[list[float]]:
         """V(s_t) for each response token t (the state that emits it)."""
-        import torch
-
-        out: list[list[float]] = []
-        with torch.no_grad():
-            for chunk in _chunks(rollouts, self.micro_batch):
-                values = self._values(collate(chunk, self.pad_id, self.device)).cpu()
-                out.extend(values[i, : len(r.response_ids)].tolist() for i, r in enumerate(chunk))
-        return out
+        return _per_sequence(self.shard, rollouts, self.pad_id, self.micro_batch, self.device, self._values)
 
     def train_step(
         self, rollouts: list[Rollout], returns: Tensor, old_values: Tensor, total_tokens: float, dp: tuple[Any, int]
     ) -> dict[str, float]:
         """Clipped value loss, token sum over the step's `total_tokens` (exact over uneven DP shares)."""
-        import torch
-
-        from hetrl_cli.runtime.comm import allreduce_gradients
+        from hetrl_cli.runtime.parallel import pipeline_train
 
         sums = {"vf_loss_sum": 0.0, "vf_tokens": 0.0}
+        starts = list(range(0, len(rollouts), self.micro_batch))
+        batches = [collate(rollouts[lo : lo + self.micro_batch], self.pad_id, self.device) for lo in starts]
+
+        def loss(logits: Tensor, i: int) -> tuple[Tensor, dict[str, float]]:
+            batch, lo, steps = batches[i], starts[i], batches[i].mask.shape[1]
+            ret = returns[lo : lo + self.micro_batch, :steps].to(self.device)
+            old = old_values[lo : lo + self.micro_batch, :steps].to(self.device)
+            total = alg.masked_sum(alg.value_loss(self._values(logits, batch), old, ret, self.rl.value_clip),
+                                   batch.mask)  # fmt: skip
+            return total / total_tokens, {"vf_loss_sum": float(total.detach()), "vf_tokens": float(batch.mask.sum())}
+
         for _ in range(self.epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            for lo in range(0, len(rollouts), self.micro_batch):
-                batch = collate(rollouts[lo : lo + self.micro_batch], self.pad_id, self.device)
-                steps = batch.mask.shape[1]
-                ret = returns[lo : lo + self.micro_batch, :steps].to(self.device)
-                old = old_values[lo : lo + self.micro_batch, :steps].to(self.device)
-                loss = alg.masked_sum(alg.value_loss(self._values(batch), old, ret, self.rl.value_clip), batch.mask)
-                (loss / total_tokens).backward()
-                sums["vf_loss_sum"] += float(loss.detach())
-                sums["vf_tokens"] += float(batch.mask.sum())
-            allreduce_gradients(self.model, *dp)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.rl.grad_clip)
+            for part in pipeline_train(self.shard, batches, loss):
+                for key in sums:
+                    sums[key] += part[key]
+            self.shard.reduce_gradients(*dp)
+            self.shard.clip_grad_norm(self.rl.grad_clip)
             self.optimizer.step()
         return sums
 
-    def named_weights(self) -> list[tuple[str, Tensor]]:
-        return [(n, p.detach()) for n, p in self.model.named_parameters()]
+    def named_weights(self) -> list[tuple[str, Tensor]] | None:
+        """The full critic in HF names on the replica's leader (None on its other ranks; collective)."""
+        return self.shard.full_weights()
 
     def load_weights(self, named: list[tuple[str, Tensor]]) -> None:
-        import torch
+        """Full, HF-named tensors -> this rank's pieces, in place."""
+        self.shard.load_full(named)
 
-        params = dict(self.model.named_parameters())
-        with torch.no_grad():
-            for name, tensor in named:
-                params[name].copy_(tensor)
-
-    def state(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+    def state(self) -> dict[str, Any] | None:
+        return _full_state(self.shard, self.optimizer)
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        _load_full_state(self.shard, self.optimizer, state)
+
+
+def _full_state(shard, optimizer) -> dict[str, Any] | None:
+    """A checkpoint independent of the layout: full tensors in canonical names (None off the leader)."""
+    weights = shard.full_weights()
+    optim = shard.full_optimizer_state(optimizer)
+    if weights is None:
+        return None
+    return {"model": dict(weights), "optimizer": optim}
+
+
+def _load_full_state(shard, optimizer, state: dict[str, Any]) -> None:
+    shard.load_full(state["model"].items())
+    shard.load_optimizer_state(optimizer, state["optimizer"])
 
 
 class RuleReward:
-    """A rule-based reward (rewards.py) on the decoded response against the record's answer."""
+    """A rule-based or user reward (rewards.py) on the prompt, the decoded response and the record's answer."""
 
     def __init__(self, rule: str, tokenizer) -> None:
-        from hetrl_cli.runtime.rewards import reward_rule
+        from hetrl_cli.runtime.rewards import reward_scorer
 
-        self.fn = reward_rule(rule)
+        self.fn = reward_scorer(rule)
         self.tokenizer = tokenizer
 
     def scores(self, rollouts: list[Rollout], records: list[Record]) -> list[float]:
         texts = self.tokenizer.batch_decode([list(r.response_ids) for r in rollouts], skip_special_tokens=True)
-        return [self.fn(text, rec.answer) for text, rec in zip(texts, records, strict=True)]
+        return [self.fn(rec.prompt, text, rec.answer) for text, rec in zip(texts, records, strict=True)]
 
 
 class RewardModel:
     """A learned reward: a sequence-classification model's score on prompt + response."""
 
-    def __init__(self, model_dir: str | Path, pad_id: int, micro_batch: int, seed: int, device: str = "cpu") -> None:
+    def __init__(
+        self, model_dir: str | Path, pad_id: int, micro_batch: int, seed: int, device: str = "cpu", parallel: Any = None
+    ) -> None:
         import torch
         from transformers import AutoModelForSequenceClassification
 
         torch.manual_seed(seed)
         model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), num_labels=1)
         model.config.pad_token_id = pad_id
-        self.model = model.to(device).eval().requires_grad_(False)
+        self.shard = _shard(model.to(device).eval().requires_grad_(False), parallel)
+        self.model = self.shard.model
         self.pad_id, self.micro_batch, self.device = pad_id, micro_batch, device
 
     def scores(self, rollouts: list[Rollout], records: list[Record]) -> list[float]:
-        import torch
+        """One score per sequence (empty on pipeline stages other than the last)."""
+        from hetrl_cli.runtime.parallel import pipeline_forward
 
-        out: list[float] = []
-        with torch.no_grad():
-            for chunk in _chunks(rollouts, self.micro_batch):
-                batch = collate(chunk, self.pad_id, self.device)
-                logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-                out.extend(logits[:, 0].float().cpu().tolist())
-        return out
+        batches = [collate(chunk, self.pad_id, self.device) for chunk in _chunks(rollouts, self.micro_batch)]
+        outs = pipeline_forward(self.shard, batches, lambda logits, i: logits[:, 0].float().cpu().tolist())
+        return [score for out in outs for score in out]

@@ -9,6 +9,7 @@ runs/ID/
   checkpoints/latest          name of the newest complete checkpoint
   logs/rank-N.log|.pid|.error worker output, pid (so the launcher can stop it), traceback on failure
   models/                     the tiny model build (when the workload uses it)
+  tensorboard/                TensorBoard events of every step (rank 0, when tensorboard is installed)
   summary.json                RunSummary: measured vs predicted per task
 ```
 """
@@ -28,7 +29,7 @@ from pydantic import Field
 from hetrl_cli.artifacts.base import Strict
 from hetrl_cli.artifacts.io import write_text_atomic
 from hetrl_cli.artifacts.plan import Plan
-from hetrl_cli.artifacts.run import RunSummary, TaskMeasurement
+from hetrl_cli.artifacts.run import DeviceMemory, RunSummary, TaskMeasurement
 
 KEEP_CHECKPOINTS = 2
 
@@ -51,6 +52,8 @@ class LaunchManifest(Strict):
     """torch.distributed backend of the world group: gloo on CPU, `cpu:gloo,cuda:nccl` on GPUs."""
     verify_weights: bool = False
     """Record trainer and engine weight checksums in every metrics line (hashes all weights: tests, debugging)."""
+    tensorboard: bool = True
+    """Rank 0 also logs every step to tensorboard/ (when the tensorboard package is importable)."""
 
 
 def now_iso() -> str:
@@ -149,16 +152,60 @@ def _measurement(task: str, predicted: float | None, measured: list[float]) -> T
     return TaskMeasurement(task=task, predicted_s=predicted, measured_s=value, error=error)
 
 
+def measured_peaks(metrics: list[dict[str, Any]]) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """Per device, the largest peak of each phase over every step (warm-up included: a peak is a peak),
+    and what was measured there."""
+    peaks: dict[str, dict[str, int]] = {}
+    measures: dict[str, str] = {}
+    for m in metrics:
+        for device, phases in m.get("peak_memory_bytes", {}).items():
+            mine = peaks.setdefault(device, {})
+            for phase, value in phases.items():
+                mine[phase] = max(mine.get(phase, 0), int(value))
+        measures.update(m.get("memory_measure", {}))
+    return peaks, measures
+
+
+def device_memory(plan: Plan, metrics: list[dict[str, Any]]) -> list[DeviceMemory]:
+    """Predicted (the plan's largest TaskPlan.memory_bytes per device) vs measured peak, per device."""
+    from hetrl_cli.render.digest import peak_memory
+
+    peaks, measures = measured_peaks(metrics)
+    predicted = peak_memory(plan)
+    return [
+        DeviceMemory(
+            device=device,
+            measure=measures.get(device, "unknown"),
+            predicted_bytes=predicted.get(device),
+            peak_bytes=max(phases.values()),
+            tasks=dict(sorted(phases.items())),
+        )
+        for device, phases in peaks.items()
+        if phases
+    ]
+
+
+def task_memory(plan: Plan, memory: list[DeviceMemory], task: str) -> tuple[int | None, int | None]:
+    """(predicted, measured) peak of `task`: the largest over the devices it runs on."""
+    spec = next((t for t in plan.tasks if t.task == task), None)
+    predicted = max(spec.memory_bytes.values()) if spec is not None and spec.memory_bytes else None
+    found = [d.tasks[task] for d in memory if task in d.tasks]
+    return predicted, max(found) if found else None
+
+
 def summarize(
     plan: Plan, run_id: str, metrics: list[dict[str, Any]], status: str, started_at: str, error: str | None = None
 ) -> RunSummary:
-    """Measured (median over steps, the first step excluded as warm-up when there are more) vs predicted."""
+    """Measured (median over steps, the first step excluded as warm-up when there are more) vs predicted;
+    peak memory per device and task over the whole run."""
     steady = metrics[1:] if len(metrics) > 2 else metrics
+    memory = device_memory(plan, metrics)
     tasks = []
     for task in plan.tasks:
         found = [m["seconds"][task.task] for m in steady if task.task in m.get("seconds", {})]
         item = _measurement(task.task, task.predicted.total_s or None, found)
         if item:
+            item.predicted_memory_bytes, item.peak_memory_bytes = task_memory(plan, memory, task.task)
             tasks.append(item)
     sync = _measurement(
         "weight_sync", plan.cost.weight_sync_s or None, [m["weight_sync_s"] for m in steady if "weight_sync_s" in m]
@@ -176,5 +223,6 @@ def summarize(
         finished_at=now_iso(),
         iteration=iteration,
         tasks=tasks,
+        memory=memory,
         error=error,
     )

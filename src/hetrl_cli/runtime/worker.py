@@ -11,6 +11,7 @@ the ones it has no part in; see docs/run.md):
                   all-gathered over the rest group; advantages computed from the whole batch
   4. train        actor (and critic) update on their shares, gradients summed over each DP group
   5. weight sync  actor leader -> generation ranks, critic leader -> critic-inference ranks
+                  (with TP/PP the leader first gathers the full weights from its replica's ranks)
   6. report       per-rank timings and sums gathered to rank 0 -> metrics.jsonl; checkpoint every N steps
 
 Async mode: generation ranks sample step t+1 (with the weights of step t-1's update, one step stale) while the
@@ -34,8 +35,8 @@ from typing import Any, TextIO
 from hetrl_cli.artifacts.io import load_artifact
 from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.runtime import algorithms as alg
-from hetrl_cli.runtime import comm
-from hetrl_cli.runtime.layout import Layout, split_device_id
+from hetrl_cli.runtime import comm, tracking
+from hetrl_cli.runtime.layout import Layout, Position, split_device_id
 from hetrl_cli.runtime.roles import (
     Actor,
     Critic,
@@ -83,18 +84,24 @@ def _die_with_parent() -> None:
 
 
 class Timer:
-    """Seconds per phase of one step on this rank."""
+    """Seconds (and, given a meter, peak memory bytes) per phase of one step on this rank."""
 
-    def __init__(self) -> None:
+    def __init__(self, meter: tracking.PeakMemory | None = None) -> None:
         self.seconds: dict[str, float] = {}
+        self.meter = meter
+        self.peak: dict[str, int] = {}
 
     @contextmanager
     def phase(self, name: str):
+        if self.meter:
+            self.meter.reset()
         start = time.perf_counter()
         try:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            if self.meter:
+                self.peak[name] = max(self.peak.get(name, 0), self.meter.peak_bytes())
 
 
 class Worker:
@@ -106,16 +113,38 @@ class Worker:
         self.layout = Layout.from_plan(plan, manifest.devices)
         self.tasks = self.layout.tasks_of(rank)
         self.device = self._torch_device()
+        self.memory = tracking.PeakMemory(self.device)
+        self.tracker = tracking.open_tracker(run.root, manifest.tensorboard) if rank == 0 else None
         self.groups = comm.make_groups(self._group_specs(), manifest.collective_timeout_s)
         self._build_roles()
         from hetrl_cli.runtime.datasets import load_records
 
         self.records = load_records(wl.dataset.kind, wl.dataset.path, wl.seed)
         self.pending: list[Rollout] = []
+        self.actor_weights: list[tuple[str, Any]] | None = None
 
     def leads(self, task: str) -> bool:
-        """Whether this rank is replica 0 of `task` (weight-sync source, checkpoint writer)."""
+        """Whether this rank leads replica 0 of `task` (weight-sync source, checkpoint writer)."""
         return task in self.layout.tasks and self.layout.tasks[task].leader == self.rank
+
+    def position(self, task: str) -> Position | None:
+        return self.layout.tasks[task].position(self.rank) if task in self.layout.tasks else None
+
+    def in_first_replica(self, task: str) -> bool:
+        """Ranks of replica 0 of `task` take part in gathering its full weights (sync, checksum, checkpoint)."""
+        pos = self.position(task)
+        return pos is not None and pos.replica == 0
+
+    def parallel(self, task: str):
+        """This rank's place in `task` with the process groups of its replica (parallel.Parallel)."""
+        from hetrl_cli.runtime.parallel import Parallel
+
+        return Parallel.of(self.layout.tasks[task], self.rank, self.groups)
+
+    def dp(self, task: str) -> tuple[Any, int]:
+        from hetrl_cli.runtime.parallel import dp_group
+
+        return dp_group(self.layout.tasks[task], self.rank, self.groups)
 
     # setup -----------------------------------------------------------------------------------------------
     def _torch_device(self) -> str:
@@ -129,7 +158,9 @@ class Worker:
 
     def _group_specs(self) -> dict[str, list[int]]:
         lay = self.layout
-        specs = {f"dp:{t}": list(tl.ranks) for t, tl in lay.tasks.items()}
+        specs: dict[str, list[int]] = {}
+        for tl in lay.tasks.values():
+            specs.update(tl.group_specs())
         specs["rest"] = lay.rest_ranks
         specs["sync:actor"] = lay.sync_ranks("actor_train", "generation")
         if "critic_train" in lay.tasks:
@@ -150,30 +181,53 @@ class Worker:
         actor_dir = self._model_dir("actor")
         self.tokenizer = load_tokenizer(actor_dir)
         pad = self.tokenizer.pad_token_id
-        self.generator = self.actor = self.reference = self.critic = self.reward = None
+        self.generator = self.actor = self.reference = self.critic = self.critic_infer = self.reward = None
         if "generation" in tasks:
             self.generator = Generator(self._engine(actor_dir), self.tokenizer, wl.max_response_tokens,
                                        wl.rl.temperature, wl.seed)  # fmt: skip
         if "actor_train" in tasks:
-            self.actor = Actor(actor_dir, wl.rl, wl.algorithm, wl.optimizer, wl.ppo_epochs, pad, wl.micro_batch, dev)
+            self.actor = Actor(actor_dir, wl.rl, wl.algorithm, wl.optimizer, wl.ppo_epochs, pad, wl.micro_batch, dev,
+                               self.parallel("actor_train"))  # fmt: skip
         if "reference" in tasks:
-            self.reference = Reference(self._model_dir("reference"), pad, wl.micro_batch, dev)
-        if {"critic_inference", "critic_train"} & set(tasks):
-            self.critic = Critic(self._model_dir("critic"), wl.rl, wl.optimizer, wl.ppo_epochs, pad, wl.micro_batch,
-                                 wl.seed, dev)  # fmt: skip
+            ref_dir = self._model_dir("reference")
+            self.reference = Reference(ref_dir, pad, wl.micro_batch, dev, self.parallel("reference"))
+
+        def critic(task: str) -> Critic:
+            return Critic(self._model_dir("critic"), wl.rl, wl.optimizer, wl.ppo_epochs, pad, wl.micro_batch, wl.seed,
+                          dev, self.parallel(task))  # fmt: skip
+
+        if "critic_train" in tasks:
+            self.critic = critic("critic_train")
+        if "critic_inference" in tasks:
+            self.critic_infer = self.critic if self._critic_shared() else critic("critic_inference")
         if "reward" in tasks:
             if wl.reward is None:
                 self.reward = RuleReward(wl.reward_rule, self.tokenizer)
             else:
-                self.reward = RewardModel(self._model_dir("reward"), pad, wl.micro_batch, wl.seed, dev)
+                self.reward = RewardModel(self._model_dir("reward"), pad, wl.micro_batch, wl.seed, dev,
+                                          self.parallel("reward"))  # fmt: skip
+
+    def _critic_shared(self) -> bool:
+        """Critic inference reuses the trained critic when this rank's inference replica is laid out exactly like
+        its training replica (same ranks, same layer split); every rank of the replica decides the same way."""
+        if "critic_train" not in self.tasks:
+            return False
+        infer = self.layout.tasks["critic_inference"].replica_of(self.rank)
+        train = self.layout.tasks["critic_train"].replica_of(self.rank)
+        if infer is None or train is None:
+            return False
+        return (infer.grid, infer.layer_split) == (train.grid, train.layer_split)
 
     def _engine(self, model_dir: Path):
         from hetrl_cli.runtime.engines import HFEngine, VLLMEngine
 
+        par = self.parallel("generation")
         if self.manifest.engine == "vllm":
+            if par.pos.tp > 1:
+                raise RuntimeError("the vllm engine does not run tp > 1 generation here; use --engine hf")
             max_len = self.workload.max_prompt_tokens + self.workload.max_response_tokens
             return VLLMEngine(model_dir, seed=self.workload.seed, max_model_len=max_len)
-        return HFEngine(model_dir, device=self.device)
+        return HFEngine(model_dir, device=self.device, parallel=par)
 
     # the run ---------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -184,7 +238,7 @@ class Worker:
         if asynchronous and first <= last:
             self.pending = self.share_rollouts(self.generate(first))
         for step in range(first, last + 1):
-            timer = Timer()
+            timer = Timer(self.memory)
             started = time.perf_counter()
             if asynchronous:
                 rollouts = self.pending
@@ -219,7 +273,9 @@ class Worker:
         lo, hi = self.layout.tasks["generation"].range_of(self.rank)
         timer = timer or Timer()
         with timer.phase("generation"):
-            return self.generator.generate(step, self.prompts(step)[lo:hi])
+            mine = self.generator.generate(step, self.prompts(step)[lo:hi])
+        pos = self.position("generation")
+        return mine if pos is not None and pos.tp_rank == 0 else []  # TP peers hold the same rollouts
 
     def share_rollouts(self, mine: list[Rollout], timer: Timer | None = None) -> list[Rollout]:
         """Phase 2: every rank gets every rollout of the step, ordered by sequence index."""
@@ -256,9 +312,9 @@ class Worker:
             with timer.phase("reward"):
                 start, share = self._share("reward", rollouts)
                 record("score", start, self.reward.scores(share, [records[r.index // group] for r in share]))
-        if self.critic is not None and "critic_inference" in self.tasks:
+        if self.critic_infer is not None:
             with timer.phase("critic_inference"):
-                record("values", *self._apply("critic_inference", rollouts, self.critic.values))
+                record("values", *self._apply("critic_inference", rollouts, self.critic_infer.values))
         if self.actor is not None:
             with timer.phase("actor_train"):  # the old log-probs are part of the actor_train task
                 record("old_logp", *self._apply("actor_train", rollouts, self.actor.logprobs))
@@ -305,39 +361,49 @@ class Worker:
         if self.actor is not None:
             lo, hi = self.layout.tasks["actor_train"].range_of(self.rank)
             with timer.phase("actor_train"):
-                dp = (self.groups.get("dp:actor_train"), self.groups.size("dp:actor_train"))
-                report["actor"] = self.actor.train_step(
-                    rollouts[lo:hi], advantages[lo:hi], old[lo:hi], ref[lo:hi], total_tokens, dp
-                )
-        if self.critic is not None and "critic_train" in self.tasks:
+                sums = self.actor.train_step(rollouts[lo:hi], advantages[lo:hi], old[lo:hi], ref[lo:hi], total_tokens,
+                                             self.dp("actor_train"))  # fmt: skip
+            if self.actor.shard.par.pos.output:  # one report per replica: its last stage, TP index 0
+                report["actor"] = sums
+        if self.critic is not None:
             assert returns is not None and values is not None
             lo, hi = self.layout.tasks["critic_train"].range_of(self.rank)
             with timer.phase("critic_train"):
-                dp = (self.groups.get("dp:critic_train"), self.groups.size("dp:critic_train"))
-                report["critic"] = self.critic.train_step(rollouts[lo:hi], returns[lo:hi], values[lo:hi],
-                                                          total_tokens, dp)  # fmt: skip
+                sums = self.critic.train_step(rollouts[lo:hi], returns[lo:hi], values[lo:hi], total_tokens,
+                                              self.dp("critic_train"))  # fmt: skip
+            if self.critic.shard.par.pos.output:
+                report["critic"] = sums
         return report
 
     def sync_weights(self) -> None:
         """Phase 5: broadcast the trained weights to the ranks that run inference with them.
 
-        The leader of actor_train sends one flat buffer over sync:actor; a generation engine on the leader's
-        own rank (colocated) is updated in place from the local tensors.
+        The leader of actor_train gathers the full weights from the ranks of its replica (TP shards, PP stages),
+        then sends one flat buffer over sync:actor; every generation rank keeps its own TP slices of it. A
+        generation engine on the leader's own rank (colocated) is updated in place from the local tensors.
         """
+        self.actor_weights = None
+        if self.actor is not None and self.in_first_replica("actor_train"):
+            self.actor_weights = self.actor.named_weights()  # kept for the report's checksum
         actor_src = self.layout.tasks["actor_train"].leader
         if self.groups.has("sync:actor", self.rank):
-            named = self.actor.named_weights() if self.rank == actor_src and self.actor else None
+            named = self.actor_weights if self.rank == actor_src else None
             received = comm.broadcast_weights(named, actor_src, self.groups.get("sync:actor"),
                                               self.groups.size("sync:actor"))  # fmt: skip
             if self.generator is not None:
                 self.generator.engine.update_weights(received)
-        if "critic_train" in self.layout.tasks and self.groups.has("sync:critic", self.rank):
+        if "critic_train" not in self.layout.tasks:
+            return
+        critic_named = None
+        if self.critic is not None and self.in_first_replica("critic_train"):
+            critic_named = self.critic.named_weights()
+        if self.groups.has("sync:critic", self.rank):
             critic_src = self.layout.tasks["critic_train"].leader
-            named = self.critic.named_weights() if self.rank == critic_src and self.critic else None
+            named = critic_named if self.rank == critic_src else None
             received = comm.broadcast_weights(named, critic_src, self.groups.get("sync:critic"),
                                               self.groups.size("sync:critic"))  # fmt: skip
-            if self.critic is not None and self.rank != critic_src:
-                self.critic.load_weights(received)
+            if self.critic_infer is not None and self.critic_infer is not self.critic:
+                self.critic_infer.load_weights(received)
 
     # reporting and checkpoints ---------------------------------------------------------------------------
     def report(self, step: int, rollouts: list[Rollout], report: dict[str, Any], timer: Timer, step_s: float) -> None:
@@ -346,17 +412,20 @@ class Worker:
         if not self.leads("actor_train"):  # elsewhere the sync time is mostly waiting for training to end
             report["seconds"].pop("weight_sync", None)
         report["rank"] = self.rank
+        report["memory"] = [self.memory.measure, timer.peak]
         if self.manifest.verify_weights and self.generator is not None:
             report["engine_checksum"] = self.generator.engine.weights_checksum()
-        if self.manifest.verify_weights and self.actor is not None and self.leads("actor_train"):
+        if self.manifest.verify_weights and self.actor_weights is not None and self.leads("actor_train"):
             from hetrl_cli.runtime.engines import checksum_named
 
-            report["actor_checksum"] = checksum_named(self.actor.named_weights())
+            report["actor_checksum"] = checksum_named(self.actor_weights)  # gathered by this step's sync
         gathered = comm.gather_to_zero(report)
         if gathered is None:
             return
         line = merge_reports(self.layout, step, gathered, step_s, self.workload.mode)
         self.rundir.append_metrics(line)
+        if self.tracker is not None:
+            self.tracker.log(line)
         secs = line["seconds"]
         print(
             f"step {step}/{self.manifest.steps} reward {line['reward_mean']:.3f}±{line['reward_std']:.3f} "
@@ -371,10 +440,11 @@ class Worker:
         if not (step == self.manifest.steps or (every and step % every == 0)):
             return
         staging = self.rundir.staging(step)
-        if self.actor is not None and self.leads("actor_train"):
-            save_torch_atomic(self.actor.state(), staging / "actor.pt")
-        if self.critic is not None and self.leads("critic_train"):
-            save_torch_atomic(self.critic.state(), staging / "critic.pt")
+        for task, role, name in (("actor_train", self.actor, "actor.pt"), ("critic_train", self.critic, "critic.pt")):
+            if role is not None and self.in_first_replica(task):
+                state = role.state()  # full tensors, gathered from replica 0's ranks to its leader
+                if self.leads(task):
+                    save_torch_atomic(state, staging / name)
         comm.barrier()
         if self.rank == 0:
             meta = {"step": step, "written_at": now_iso(), "run_id": self.manifest.run_id}
@@ -393,7 +463,7 @@ class Worker:
         step, path = found
         if self.actor is not None:
             self.actor.load_state(torch.load(path / "actor.pt", weights_only=False))
-        if self.critic is not None and "critic_train" in self.tasks:
+        if self.critic is not None:
             self.critic.load_state(torch.load(path / "critic.pt", weights_only=False))
         if self.rank == 0:
             self.rundir.truncate_metrics(step)
@@ -410,6 +480,7 @@ def merge_reports(layout: Layout, step: int, reports: list[dict[str, Any]], step
     line: dict[str, Any] = {"step": step, "time": now_iso(), "mode": mode, "step_s": step_s}
     for rep in reports:
         line.update(rep.get("stats", {}))
+    line.update(tracking.memory_fields(layout.devices, reports))
     actor = [rep["actor"] for rep in reports if "actor" in rep]
     tokens = sum(a["tokens"] for a in actor) or 1.0
     line["pg_loss"] = sum(a["pg_loss_sum"] for a in actor) / tokens
@@ -453,7 +524,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))))
+        from hetrl_cli.profiling.probe import usable_cores
+
+        # threads from the cores this process may use (a cgroup quota included): more threads than a 0.25-core
+        # quota spin in OpenMP barriers and run many times slower than one
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+        torch.set_num_threads(max(1, int(usable_cores() // local)))
         manifest = load_artifact_manifest(run)
         plan = load_artifact(run.plan, Plan)
         if len(manifest.devices) != world:

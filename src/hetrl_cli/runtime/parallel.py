@@ -1,0 +1,548 @@
+"""Tensor and pipeline parallelism for the runtime's HF decoder models (Qwen2/Llama-style), on torch.distributed.
+
+Glossary:
+- *position* (layout.Position): where a rank sits in one replica of a task: pipeline stage, TP index, layers.
+- *shard*: what a position holds of the model: its stage's layers, TP-sliced, plus the embedding (stage 0)
+  or the final norm and head (last stage).
+- *canonical name*: a parameter's name in the full HF model (a tied head under the embedding's name). Weight
+  syncs, checkpoints and gradient reductions use these names and full-model shapes, whatever the layout.
+
+Tensor parallelism (Megatron-style, explicit autograd functions over the TP sub-group; no DTensor, so the
+same code runs on gloo and NCCL): q/k/v and gate/up are column-parallel (output features split by head, by
+intermediate unit), o_proj and down_proj row-parallel (input features split) followed by an all-reduce; the
+input of a column-parallel linear passes an identity whose backward all-reduces. KV heads are split when
+kv % tp == 0 and replicated when tp % kv == 0 (ranks that share a KV head sum its gradient). Embedding,
+norms and heads stay whole on every TP rank: outside the parallel regions activations and gradients are
+equal on all of them. Attention reshapes use -1 heads; the GQA group count is set to the local one.
+
+Pipeline parallelism (GPipe): stage s holds layers [lo, hi). Every micro-batch goes forward through all
+stages, then every one goes backward in reverse order; activations and their gradients travel by send/recv
+between the ranks of equal TP index in adjacent stages. Every stage collates the same micro-batches from the
+same rollouts itself, so only activations travel and no shapes need to be exchanged.
+
+This module imports torch at the top: only worker processes and tests import it (never the CLI).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from hetrl_cli.runtime.layout import Position, TaskLayout
+
+Slice = tuple[int, int, int]
+"""(dim, start, stop) of a parameter's TP shard in its full tensor."""
+
+
+@dataclass
+class Parallel:
+    """A rank's position plus the groups it talks over. Sizes of 1 skip the collective."""
+
+    pos: Position
+    tp_group: Any = None
+    mp_group: Any = None
+    """Every rank of the replica: global gradient norms and weight gathers."""
+    mp_ranks: tuple[int, ...] = ()
+    """Global ranks of the replica, stage-major then TP index; mp_ranks[0] is the replica's leader."""
+
+    @classmethod
+    def single(cls) -> Parallel:
+        return cls(Position(replica=0, stage=0, tp_rank=0, tp=1, split=()))
+
+    @property
+    def mp_size(self) -> int:
+        return max(1, len(self.mp_ranks))
+
+    @classmethod
+    def of(cls, task: TaskLayout, rank: int, groups: Any) -> Parallel:
+        """`rank`'s place in `task` with the groups comm.make_groups created from `task.group_specs()`."""
+        pos = task.position(rank)
+        assert pos is not None, f"rank {rank} runs no part of {task.task}"
+        ranks = task.replicas[pos.replica].ranks
+        tp_group = groups.handles.get(f"tp:{task.task}:{pos.replica}:{pos.stage}")
+        mp_group = groups.handles.get(f"mp:{task.task}:{pos.replica}")
+        return cls(pos, tp_group=tp_group, mp_group=mp_group, mp_ranks=ranks if len(ranks) > 1 else ())
+
+
+def dp_group(task: TaskLayout, rank: int, groups: Any) -> tuple[Any, int]:
+    """(group, size) of `rank`'s gradient sum in `task`: every rank of its TP index, all replicas and stages."""
+    pos = task.position(rank)
+    assert pos is not None
+    name = f"dp:{task.task}:{pos.tp_rank}"
+    return groups.get(name), groups.size(name)
+
+
+# --- tensor parallelism ---------------------------------------------------------------------------
+
+
+class _CopyToTP(torch.autograd.Function):
+    """Identity forward; backward sums the input gradient over the TP group (entry of a parallel region)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, group: Any) -> Tensor:  # type: ignore[override]
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+class _ReduceFromTP(torch.autograd.Function):
+    """Forward sums the partial outputs over the TP group; backward passes the gradient through (exit)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, group: Any) -> Tensor:  # type: ignore[override]
+        x = x.contiguous().clone()
+        dist.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        return grad, None
+
+
+class ColumnParallelLinear(nn.Module):
+    """Rows [start, stop) of a Linear's weight (and bias): this rank's output features."""
+
+    def __init__(self, linear: nn.Linear, start: int, stop: int, group: Any) -> None:
+        super().__init__()
+        self.group = group
+        self.weight = nn.Parameter(linear.weight.detach()[start:stop].clone())
+        self.bias = nn.Parameter(linear.bias.detach()[start:stop].clone()) if linear.bias is not None else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(_CopyToTP.apply(x, self.group), self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """Columns [start, stop) of a Linear's weight; partial outputs summed over the group, then the whole bias."""
+
+    def __init__(self, linear: nn.Linear, start: int, stop: int, group: Any) -> None:
+        super().__init__()
+        self.group = group
+        self.weight = nn.Parameter(linear.weight.detach()[:, start:stop].clone())
+        self.bias = nn.Parameter(linear.bias.detach().clone()) if linear.bias is not None else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = _ReduceFromTP.apply(F.linear(x, self.weight), self.group)
+        return out + self.bias if self.bias is not None else out
+
+
+def check_tp(config: Any, tp: int) -> None:
+    """Refuse TP degrees the sharding cannot honour, naming the numbers."""
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    inter = config.intermediate_size
+    if heads % tp or not (kv % tp == 0 or tp % kv == 0) or inter % tp:
+        raise ValueError(
+            f"tp={tp} does not divide the model: {heads} attention heads, {kv} KV heads (split or replicated), "
+            f"intermediate size {inter}"
+        )
+
+
+def tp_slices(config: Any, layer: int, tp_rank: int, tp: int) -> dict[str, Slice]:
+    """The TP slices of one decoder layer's parameters (canonical names) on TP rank `tp_rank`."""
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    q_width = heads // tp * head_dim
+    if kv % tp == 0:
+        kv_lo, kv_width = tp_rank * (kv // tp) * head_dim, kv // tp * head_dim
+    else:  # tp % kv == 0: each KV head replicated on tp // kv consecutive ranks
+        kv_lo, kv_width = tp_rank // (tp // kv) * head_dim, head_dim
+    inter = config.intermediate_size // tp
+    p = f"model.layers.{layer}."
+    out: dict[str, Slice] = {}
+    for name in ("q_proj", "k_proj", "v_proj"):
+        lo, width = (tp_rank * q_width, q_width) if name == "q_proj" else (kv_lo, kv_width)
+        out[f"{p}self_attn.{name}.weight"] = out[f"{p}self_attn.{name}.bias"] = (0, lo, lo + width)
+    out[f"{p}self_attn.o_proj.weight"] = (1, tp_rank * q_width, (tp_rank + 1) * q_width)
+    for name in ("gate_proj", "up_proj"):
+        out[f"{p}mlp.{name}.weight"] = out[f"{p}mlp.{name}.bias"] = (0, tp_rank * inter, (tp_rank + 1) * inter)
+    out[f"{p}mlp.down_proj.weight"] = (1, tp_rank * inter, (tp_rank + 1) * inter)
+    return out
+
+
+def _shard_layer(layer: nn.Module, config: Any, tp_rank: int, tp: int, group: Any) -> None:
+    """Replace a decoder layer's projections by their TP shards, in place."""
+    attn, mlp = layer.self_attn, layer.mlp
+    slices = tp_slices(config, 0, tp_rank, tp)
+    for owner, name, kind in (
+        (attn, "q_proj", "col"), (attn, "k_proj", "col"), (attn, "v_proj", "col"), (attn, "o_proj", "row"),
+        (mlp, "gate_proj", "col"), (mlp, "up_proj", "col"), (mlp, "down_proj", "row"),
+    ):  # fmt: skip
+        prefix = "self_attn" if owner is attn else "mlp"
+        _, lo, hi = slices[f"model.layers.0.{prefix}.{name}.weight"]
+        cls = ColumnParallelLinear if kind == "col" else RowParallelLinear
+        setattr(owner, name, cls(getattr(owner, name), lo, hi, group))
+    kv = config.num_key_value_heads
+    attn.num_key_value_groups = (config.num_attention_heads // tp) // max(1, kv // tp)
+
+
+# --- the shard ------------------------------------------------------------------------------------
+
+
+def _named_modules_of(model: nn.Module) -> tuple[nn.Module, nn.Module | None, str]:
+    """(decoder backbone, head module, head kind): causal | token | sequence."""
+    inner = model.model
+    if hasattr(model, "lm_head"):
+        return inner, model.lm_head, "causal"
+    kind = "sequence" if type(model).__name__.endswith("ForSequenceClassification") else "token"
+    return inner, model.score, kind
+
+
+@dataclass
+class Shard:
+    """This rank's piece of a model (the whole model when alone), addressed in canonical names.
+
+    `model` stays an HF module: with pp = 1 its own forward (and `generate`) works, TP-sharded or not.
+    """
+
+    model: nn.Module
+    par: Parallel
+    held: list[tuple[str, nn.Parameter]] = field(default_factory=list)
+    """Parameters this rank holds, canonical names, in optimizer order."""
+    full_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    slices: dict[int, dict[str, Slice]] = field(default_factory=dict)
+    """slices[tp_rank][name]: where each TP rank's piece sits in the full tensor (absent = whole)."""
+    stage_names: list[set[str]] = field(default_factory=list)
+    """Canonical names each stage of the replica holds."""
+
+    @classmethod
+    def build(cls, model: nn.Module, par: Parallel) -> Shard:
+        """Cut `model` (a full HF model, already on its device) down to `par`'s position."""
+        config = model.config
+        pos = par.pos
+        n_layers = config.num_hidden_layers
+        split = pos.split or (n_layers,)
+        if sum(split) != n_layers:
+            raise ValueError(f"layer split {list(split)} covers {sum(split)} layers; the model has {n_layers}")
+        if pos.tp > 1:
+            check_tp(config, pos.tp)
+        canon = {id(p): n for n, p in model.named_parameters()}
+        shard = cls(model, par, full_shapes={n: tuple(p.shape) for n, p in model.named_parameters()})
+        shard.slices = {r: {} for r in range(pos.tp)}
+        if pos.tp > 1:
+            for r in range(pos.tp):
+                for layer in range(n_layers):
+                    shard.slices[r].update(tp_slices(config, layer, r, pos.tp))
+        bounds = [sum(split[:s]) for s in range(len(split) + 1)]
+        stages = len(split)
+        shard.stage_names = [_stage_names(model, canon, bounds[s], bounds[s + 1], s, stages) for s in range(stages)]
+        lo, hi = bounds[pos.stage], bounds[pos.stage + 1]
+        inner = model.model
+        if pos.tp > 1:
+            for i in range(lo, hi):
+                layer = inner.layers[i]
+                names = {name: canon[id(p)] for name, p in layer.named_parameters()}
+                _shard_layer(layer, config, pos.tp_rank, pos.tp, par.tp_group)
+                canon.update({id(p): names[name] for name, p in layer.named_parameters()})
+        if len(split) > 1:
+            inner.layers = nn.ModuleList(list(inner.layers)[lo:hi])
+            inner.config = copy.deepcopy(config)
+            inner.config.num_hidden_layers = hi - lo
+            if getattr(config, "layer_types", None):
+                inner.config.layer_types = list(config.layer_types[lo:hi])
+            if not pos.first:
+                inner.embed_tokens = None
+            if not pos.last:
+                inner.norm = nn.Identity()
+                setattr(model, "lm_head" if hasattr(model, "lm_head") else "score", None)
+        shard.held = [(canon[id(p)], p) for p in model.parameters()]
+        return shard
+
+    # forward -----------------------------------------------------------------------------------------
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, hidden: Tensor | None = None) -> Tensor:
+        """Stage forward: hidden states out of a non-last stage, the head's logits out of the last
+        (as the HF model's `.logits`: [n, L, V], [n, L, labels], or [n, labels] pooled for sequence heads)."""
+        inner, head, kind = _named_modules_of(self.model)
+        if self.par.pos.first:
+            out = inner(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        else:
+            out = inner(inputs_embeds=hidden, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        if not self.par.pos.last:
+            return out
+        assert head is not None
+        if kind == "token":
+            return head(self.model.dropout(out))
+        logits = head(out)
+        if kind == "sequence":
+            pad = self.model.config.pad_token_id
+            index = torch.arange(input_ids.shape[-1], device=logits.device)
+            last = (index * (input_ids != pad).to(index.dtype)).argmax(-1)
+            return logits[torch.arange(input_ids.shape[0], device=logits.device), last]
+        return logits
+
+    # gradients ---------------------------------------------------------------------------------------
+    def owned(self, name: str) -> bool:
+        """Whether this rank's copy of `name` counts once per replica (norms, gathers): the first stage that
+        holds it, TP index 0 for whole tensors, the first of the ranks that share a replicated KV head."""
+        pos = self.par.pos
+        if any(name in names for names in self.stage_names[: pos.stage]):
+            return False
+        sl = self.slices.get(pos.tp_rank, {}).get(name)
+        if sl is None:
+            return pos.tp_rank == 0
+        first = min(r for r in range(pos.tp) if self.slices[r][name] == sl)
+        return pos.tp_rank == first
+
+    def reduce_gradients(self, dp_group: Any, dp_size: int) -> None:
+        """Make every held gradient the full-batch gradient of the full model: (1) sum replicated KV heads
+        over the TP group; (2) sum over the DP group (every rank of equal TP index in the task, all stages),
+        which also adds a tied head's gradient (last stage) to the embedding's (stage 0)."""
+        from hetrl_cli.runtime.comm import allreduce_gradients
+
+        for _, p in self.held:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        pos = self.par.pos
+        config = self.model.config
+        if pos.tp > 1 and pos.tp > config.num_key_value_heads:
+            self._sum_shared_kv()
+        layout = None
+        if len(self.stage_names) > 1:
+            layout = [(n, self._local_shape(n)) for n in self.full_shapes]
+        allreduce_gradients(self.held, dp_group, dp_size, layout)
+
+    def _local_shape(self, name: str) -> tuple[int, ...]:
+        shape = list(self.full_shapes[name])
+        sl = self.slices.get(self.par.pos.tp_rank, {}).get(name)
+        if sl is not None:
+            shape[sl[0]] = sl[2] - sl[1]
+        return tuple(shape)
+
+    def _sum_shared_kv(self) -> None:
+        pos = self.par.pos
+        shared = [(n, p) for n, p in self.held if ".k_proj." in n or ".v_proj." in n]
+        if not shared:
+            return
+        bufs = []
+        for n, p in shared:
+            full = torch.zeros(self.full_shapes[n], dtype=p.grad.dtype, device=p.grad.device)
+            dim, lo, hi = self.slices[pos.tp_rank][n]
+            full.narrow(dim, lo, hi - lo).copy_(p.grad)
+            bufs.append(full.reshape(-1))
+        flat = torch.cat(bufs)
+        dist.all_reduce(flat, group=self.par.tp_group)
+        offset = 0
+        for n, p in shared:
+            numel = _numel(self.full_shapes[n])
+            dim, lo, hi = self.slices[pos.tp_rank][n]
+            full = flat[offset : offset + numel].view(self.full_shapes[n])
+            p.grad.copy_(full.narrow(dim, lo, hi - lo))
+            offset += numel
+
+    def clip_grad_norm(self, max_norm: float) -> float:
+        """torch's clip_grad_norm_ over the whole replica: the norm of the full model's gradient."""
+        squares = torch.zeros((), dtype=torch.float64, device=self.held[0][1].device if self.held else "cpu")
+        for name, p in self.held:
+            if p.grad is not None and self.owned(name):
+                squares += p.grad.detach().double().pow(2).sum()
+        if self.par.mp_size > 1:
+            dist.all_reduce(squares, group=self.par.mp_group)
+        norm = float(squares.sqrt())
+        coef = min(1.0, max_norm / (norm + 1e-6))
+        if coef < 1.0:
+            for _, p in self.held:
+                if p.grad is not None:
+                    p.grad.mul_(coef)
+        return norm
+
+    # weights -----------------------------------------------------------------------------------------
+    def full_weights(self, everyone: bool = False, grads: bool = False) -> list[tuple[str, Tensor]] | None:
+        """The full model's weights (or gradients), canonical names, on the replica's leader (None elsewhere;
+        on every rank of the replica when `everyone`). Collective over the replica."""
+        pieces = [(n, self.par.pos.tp_rank, (p.grad if grads else p).detach()) for n, p in self.held if self.owned(n)]
+        parts = self._gather(pieces, everyone)
+        if parts is None:
+            return None
+        return list(self._assemble(parts).items())
+
+    def _gather(self, obj: Any, everyone: bool) -> list[Any] | None:
+        if self.par.mp_size == 1:
+            return [obj]
+        cpu = _to_cpu(obj)
+        if everyone:
+            out: list[Any] = [None] * self.par.mp_size
+            dist.all_gather_object(out, cpu, group=self.par.mp_group)
+            return out
+        leader = self.par.mp_ranks[0]
+        gathered: list[Any] | None = [None] * self.par.mp_size if dist.get_rank() == leader else None
+        dist.gather_object(cpu, gathered, dst=leader, group=self.par.mp_group)
+        return gathered
+
+    def _assemble(self, parts: list[list[tuple[str, int, Tensor]]]) -> dict[str, Tensor]:
+        full: dict[str, Tensor] = {}
+        for part in parts:
+            for name, tp_rank, tensor in part:
+                sl = self.slices.get(tp_rank, {}).get(name)
+                if sl is None:
+                    full[name] = tensor
+                    continue
+                target = full.setdefault(name, torch.zeros(self.full_shapes[name], dtype=tensor.dtype))
+                dim, lo, hi = sl
+                target.narrow(dim, lo, hi - lo).copy_(tensor.cpu())
+        return {n: full[n] for n in self.full_shapes if n in full}
+
+    def piece(self, name: str, full: Tensor) -> Tensor:
+        """This rank's slice of a full tensor named `name`."""
+        sl = self.slices.get(self.par.pos.tp_rank, {}).get(name)
+        if sl is None or tuple(full.shape) != self.full_shapes[name]:
+            return full
+        dim, lo, hi = sl
+        return full.narrow(dim, lo, hi - lo)
+
+    def load_full(self, named: Iterable[tuple[str, Tensor]]) -> None:
+        """Copy this rank's pieces of full, canonically named tensors into the held parameters, in place."""
+        params = dict(self.held)
+        with torch.no_grad():
+            for name, tensor in named:
+                if name in params:
+                    params[name].copy_(self.piece(name, tensor))
+
+    # optimizer state (checkpoints) -------------------------------------------------------------------
+    def full_optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:
+        """The optimizer's state keyed by canonical name, full shapes (leader only; collective)."""
+        sd = optimizer.state_dict()
+        pos = self.par.pos
+        pieces = []
+        for i, (name, _) in enumerate(self.held):
+            if self.owned(name) and i in sd["state"]:
+                pieces.append((name, pos.tp_rank, {k: v for k, v in sd["state"][i].items()}))
+        parts = self._gather(pieces, everyone=False)
+        if parts is None:
+            return None
+        state: dict[str, dict[str, Any]] = {}
+        for part in parts:
+            for name, tp_rank, values in part:
+                slot = state.setdefault(name, {})
+                for key, value in values.items():
+                    sl = self.slices.get(tp_rank, {}).get(name)
+                    if sl is None or not isinstance(value, Tensor) or value.dim() == 0:
+                        slot[key] = value
+                        continue
+                    target = slot.setdefault(key, torch.zeros(self.full_shapes[name], dtype=value.dtype))
+                    target.narrow(sl[0], sl[1], sl[2] - sl[1]).copy_(value.cpu())
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in sd["param_groups"]]
+        return {"state": state, "param_groups": groups}
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, full: dict[str, Any]) -> None:
+        state = {}
+        for i, (name, _) in enumerate(self.held):
+            if name in full["state"]:
+                state[i] = {
+                    k: self.piece(name, v) if isinstance(v, Tensor) and v.dim() > 0 else v
+                    for k, v in full["state"][name].items()
+                }
+        groups = [dict(g, params=list(range(len(self.held)))) for g in full["param_groups"]]
+        optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _stage_names(model: nn.Module, canon: dict[int, str], lo: int, hi: int, stage: int, stages: int) -> set[str]:
+    """Canonical names stage `stage` (layers [lo, hi)) holds."""
+    inner, head, _ = _named_modules_of(model)
+    modules: list[nn.Module] = list(inner.layers)[lo:hi]
+    if stage == 0:
+        modules.append(inner.embed_tokens)
+    if stage == stages - 1:
+        modules.extend(m for m in (inner.norm, head) if m is not None)
+    return {canon[id(p)] for m in modules for p in m.parameters()}
+
+
+def _to_cpu(obj: Any) -> Any:
+    if isinstance(obj, Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, list | tuple):
+        return type(obj)(_to_cpu(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    return obj
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+# --- the pipeline schedule ------------------------------------------------------------------------
+
+
+def _recv(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, src: int) -> Tensor:
+    buf = torch.empty(shape, dtype=dtype, device=device)
+    dist.recv(buf, src=src)
+    return buf
+
+
+def _hidden_shape(shard: Shard, batch: Any) -> tuple[int, ...]:
+    return (*batch.input_ids.shape, shard.model.config.hidden_size)
+
+
+def _param_meta(shard: Shard) -> tuple[torch.dtype, torch.device]:
+    p = shard.held[0][1]
+    return p.dtype, p.device
+
+
+def pipeline_forward(shard: Shard, batches: list[Any], head_fn: Callable[[Tensor, int], Any]) -> list[Any]:
+    """Forward-only over the stages (no autograd): `head_fn(logits, i)` per micro-batch on the last stage,
+    whose results are returned there (an empty list on every other stage)."""
+    pos = shard.par.pos
+    dtype, device = _param_meta(shard)
+    results = []
+    with torch.no_grad():
+        for i, batch in enumerate(batches):
+            hidden = None if pos.first else _recv(_hidden_shape(shard, batch), dtype, device, pos.prev_rank)
+            out = shard.forward(batch.input_ids, batch.attention_mask, hidden)
+            if pos.last:
+                results.append(head_fn(out, i))
+            else:
+                dist.send(out.contiguous(), dst=pos.next_rank)
+    return results
+
+
+def pipeline_train(shard: Shard, batches: list[Any], loss_fn: Callable[[Tensor, int], tuple[Tensor, Any]]) -> list[Any]:
+    """Forward and backward of every micro-batch (GPipe): gradients accumulate in the held parameters.
+
+    `loss_fn(logits, i) -> (loss to back-propagate, info)` runs on the last stage; the infos come back
+    there (an empty list elsewhere). With one stage this is the plain micro-batch loop.
+    """
+    pos = shard.par.pos
+    dtype, device = _param_meta(shard)
+    if pos.stages == 1:
+        infos = []
+        for i, batch in enumerate(batches):
+            loss, info = loss_fn(shard.forward(batch.input_ids, batch.attention_mask), i)
+            loss.backward()
+            infos.append(info)
+        return infos
+    saved: list[tuple[Tensor | None, Tensor]] = []
+    infos = []
+    for i, batch in enumerate(batches):  # 1) every forward, keeping the graphs
+        hidden = None
+        if not pos.first:
+            hidden = _recv(_hidden_shape(shard, batch), dtype, device, pos.prev_rank).requires_grad_()
+        out = shard.forward(batch.input_ids, batch.attention_mask, hidden)
+        if pos.last:
+            out, info = loss_fn(out, i)
+            infos.append(info)
+        else:
+            dist.send(out.detach().contiguous(), dst=pos.next_rank)
+        saved.append((hidden, out))
+    for i in reversed(range(len(batches))):  # 2) every backward, last micro-batch first
+        hidden, out = saved[i]
+        if pos.last:
+            out.backward()
+        else:
+            out.backward(_recv(tuple(out.shape), out.dtype, out.device, pos.next_rank))
+        if hidden is not None:
+            dist.send(hidden.grad.contiguous(), dst=pos.prev_rank)
+    return infos
