@@ -61,3 +61,22 @@ def test_scalars_of_a_full_metrics_line() -> None:
 def test_switched_off_tracking_makes_no_tracker(tmp_path) -> None:
     assert open_tracker(tmp_path, enabled=False) is None
     assert not (tmp_path / "tensorboard").exists()
+
+
+def test_a_resumed_run_replaces_the_steps_it_repeats(tmp_path) -> None:
+    """Steps 1-4 logged, the run resumes from the checkpoint after step 2: TensorBoard shows steps 1-4 once,
+    steps 3-4 with the resumed run's values."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    first = open_tracker(tmp_path, enabled=True)
+    for step in range(1, 5):
+        first.log({"step": step, "reward_mean": float(step)})
+    first.close()
+    resumed = open_tracker(tmp_path, enabled=True, first_step=3)
+    for step in range(3, 5):
+        resumed.log({"step": step, "reward_mean": 10.0 * step})
+    resumed.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    seen = [(e.step, e.value) for e in acc.Scalars("reward/mean")]
+    assert seen == [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0)]

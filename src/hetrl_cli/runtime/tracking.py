@@ -141,12 +141,15 @@ def tensorboard_available() -> bool:
 class MetricsTracker:
     """accelerate's TensorBoardTracker on rank 0, writing runs/ID/tensorboard/."""
 
-    def __init__(self, run_root: Path) -> None:
+    def __init__(self, run_root: Path, first_step: int = 1) -> None:
         from accelerate.tracking import TensorBoardTracker
 
         _accelerate_state()
         self.logdir = Path(run_root) / TENSORBOARD_DIR
-        self.tracker = TensorBoardTracker(run_name=TENSORBOARD_DIR, logging_dir=str(run_root))
+        # A resumed run repeats the steps after its last checkpoint: purge_step hides the earlier events of
+        # those steps, so TensorBoard shows one curve instead of a zig-zag.
+        purge = {"purge_step": first_step} if first_step > 1 else {}
+        self.tracker = TensorBoardTracker(run_name=TENSORBOARD_DIR, logging_dir=str(run_root), **purge)
         self.tracker.main_process_only = False  # only rank 0 makes one; no need to ask accelerate's state
         self.tracker.start()
         self.broken = False
@@ -182,12 +185,12 @@ def _accelerate_state() -> None:
         torch.cuda.set_device(cuda)
 
 
-def open_tracker(run_root: Path, enabled: bool) -> MetricsTracker | None:
+def open_tracker(run_root: Path, enabled: bool, first_step: int = 1) -> MetricsTracker | None:
     """The rank-0 tracker, or None when switched off or tensorboard is not installed."""
     if not enabled or not tensorboard_available():
         return None
     try:
-        return MetricsTracker(run_root)
+        return MetricsTracker(run_root, first_step)
     except Exception as exc:
         print(f"warning: no TensorBoard logging: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return None

@@ -114,7 +114,7 @@ class Worker:
         self.tasks = self.layout.tasks_of(rank)
         self.device = self._torch_device()
         self.memory = tracking.PeakMemory(self.device)
-        self.tracker = tracking.open_tracker(run.root, manifest.tensorboard) if rank == 0 else None
+        self.tracker: tracking.MetricsTracker | None = None  # opened by run(), once the first step is known
         self.groups = comm.make_groups(self._group_specs(), manifest.collective_timeout_s)
         self._build_roles()
         from hetrl_cli.runtime.datasets import load_records
@@ -232,6 +232,8 @@ class Worker:
     # the run ---------------------------------------------------------------------------------------------
     def run(self) -> None:
         first = self.restore()
+        if self.rank == 0:
+            self.tracker = tracking.open_tracker(self.rundir.root, self.manifest.tensorboard, first_step=first)
         last = self.manifest.steps
         asynchronous = self.workload.mode == "async"
         self.sync_weights()  # generation starts from the trainer's weights (a resumed run's included)
