@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -140,6 +141,47 @@ def test_killed_worker_stops_every_host(two_hosts, tmp_path: Path) -> None:
         f"hetrl: error: run run: host {host_b}: rank 1 (device {d1}) killed by signal 9"
     ), stderr[-3000:]
     assert f"last lines from {host_b}:" in stderr
+    assert pgrep(run_dir) == []
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
+
+
+def sshd_sessions(address: str, port: int) -> set[int]:
+    """Pids of the sshd processes serving connections to address:port (what a dropped link takes away)."""
+    listing = subprocess.run(["ss", "-tnpH", "state", "established", f"( sport = :{port} )"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout  # fmt: skip
+    return {int(pid) for line in listing.splitlines() if f"{address}:{port} " in line
+            for pid in re.findall(r"pid=(\d+)", line)}  # fmt: skip
+
+
+def test_dropped_host_stops_every_host(sshd_hosts, two_hosts, tmp_path: Path) -> None:
+    """The SSH connection to host .3 dies mid-run (its sshd session killed): the launcher names the dropped host,
+    reconnects to stop what is left there, and no process of the run survives on either host."""
+    hosts, known, d0, d1 = two_hosts
+    host_b = d1.rsplit("/", 1)[0]
+    plan_file, run_dir = tmp_path / "plan.json", tmp_path / "run"
+    save_artifact(disaggregated(tiny_workload(), d0, d1), plan_file)
+    proc = subprocess.Popen(run_args(plan_file, hosts, known, run_dir, "--steps", "1000"), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        metrics = run_dir / "metrics.jsonl"
+        while not metrics.exists() or len(metrics.read_text().splitlines()) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "the run did not get to step 2"
+            time.sleep(0.2)
+        sessions = sshd_sessions(sshd_hosts.addresses[1], sshd_hosts.port)
+        assert sessions, "no SSH connection to the second host found"
+        dropped_at = time.monotonic()
+        for pid in sessions:
+            os.kill(pid, signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - dropped_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(f"dropped host -> launcher exit in {elapsed:.1f}s")
+    assert elapsed < 30
+    assert proc.returncode == 1, stderr[-3000:]
+    assert stderr.splitlines()[-1].endswith(f"host {host_b}: its launch dropped: the SSH connection was lost")
     assert pgrep(run_dir) == []
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
 
