@@ -490,7 +490,7 @@ def diagnose(slot: HostSlot, run: RunDir) -> tuple[int | None, str]:
         return int(first.name.split("-")[1].split(".")[0]), "raised an error"
     if slot.exit_code == -1:
         return None, "dropped: the SSH connection was lost"
-    return None, f"launch exited with code {slot.exit_code}"
+    return None, f"exited with code {slot.exit_code}"
 
 
 def pick_culprit(failed: list[HostSlot], run: RunDir) -> HostSlot:
@@ -522,14 +522,17 @@ def launch_multihost(
         error_seen: float | None = None
         while True:
             now = time.monotonic()
-            if all(s.exit_code == 0 for s in slots):
+            # One snapshot per look: the reader threads set exit codes at any moment, and deciding "all ended"
+            # and "none failed" from two different reads once blamed a host that had exited 0.
+            codes = [s.exit_code for s in slots]
+            if all(code == 0 for code in codes):
                 return
-            failed = [s for s in slots if s.exit_code not in (None, 0)]
+            failed = [s for s, code in zip(slots, codes, strict=True) if code not in (None, 0)]
             if failed and first_failure is None:
                 first_failure = now
             if error_seen is None and any(run.logs.glob("rank-*.error")):
                 error_seen = now
-            if all(s.exit_code is not None for s in slots) or (
+            if all(code is not None for code in codes) or (
                 first_failure is not None and now - first_failure > FAILURE_COLLECT_S
             ):
                 break
