@@ -3,6 +3,10 @@
     .venv/bin/python bench/hybrid_quality.py                       # GRPO 4B/8B × sync/async × 4 scenarios, 2 s + 10 s
     .venv/bin/python bench/hybrid_quality.py --models 4b 8b 14b --algorithms grpo ppo --budgets 2 10 --jobs 2
     .venv/bin/python bench/hybrid_quality.py --max-evals 300        # a fixed evaluation budget (machine-independent)
+    .venv/bin/python bench/hybrid_quality.py --compare BEFORE.json AFTER.json   # side by side, no run
+
+Before vs after a change of the search: run this once with the old planner files in a copy of the tree
+(PYTHONPATH=COPY/src) and once here, concurrently, so both see the same load; then --compare.
 
 Ratio = ILP iteration seconds / hybrid iteration seconds (throughput ratio hybrid/ILP; ≥ 0.99 is the target where
 the ILP status is `optimal`). Writes `--out` (.json) with every row and the summary.
@@ -65,6 +69,26 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
+def compare(before: dict, after: dict) -> str:
+    """A markdown table: per algorithm and budget, min / median / ≥0.99 (where the ILP is optimal) of both
+    runs, and the settings where they differ by more than 1 %."""
+    lines = ["| subset | before: min / median / ≥0.99 | after: min / median / ≥0.99 |", "|---|---|---|"]
+    for label in sorted(set(before["summary"]) | set(after["summary"])):
+        cells = []
+        for run in (before, after):
+            s = run["summary"].get(label)
+            cells.append(f"{s['min']:.3f} / {s['median']:.3f} / {s['ge_0.99_where_ilp_optimal']}" if s else "—")
+        lines.append(f"| {label} (n={after['summary'].get(label, {}).get('n', '?')}) | {cells[0]} | {cells[1]} |")
+    key = lambda r: (r["scenario"], r["model"], r["algorithm"], r["mode"], r["budget_s"], r["max_evals"])  # noqa: E731
+    old = {key(r): r for r in before["rows"]}
+    lines.append("")
+    for r in after["rows"]:
+        b = old.get(key(r))
+        if b and b.get("ratio") and r.get("ratio") and abs(b["ratio"] - r["ratio"]) > 0.01:
+            lines.append(f"- {' '.join(map(str, key(r)[:5]))}s: {b['ratio']:.3f} → {r['ratio']:.3f}")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="*", default=list(SCENARIOS), choices=SCENARIOS)
@@ -75,7 +99,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--suite", default=str(ROOT / "bench" / "results" / "plan_suite.json"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "hybrid_quality.json"))
+    parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="print two result files side by side")
     args = parser.parse_args()
+    if args.compare:
+        try:
+            before, after = (json.loads(Path(f).read_text()) for f in args.compare)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"hybrid_quality: cannot read {args.compare}: {exc}") from None
+        print(compare(before, after), end="")
+        return
     suite = json.loads(Path(args.suite).read_text())
     ilp = {(r["scenario"], r["model"], r["algorithm"], r["mode"]): r["solvers"].get("ilp", {}) for r in suite["rows"]}
     budgets = [60.0] if args.max_evals else args.budgets

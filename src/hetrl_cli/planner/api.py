@@ -148,8 +148,7 @@ def run_ilp(tables, budget_s: float, max_evals, seed: int, bases, report) -> Out
 def run_hybrid(tables, budget_s: float, max_evals, seed: int, bases, report) -> Outcome:
     from hetrl_cli.planner.hybrid import Budget, Hybrid, genome_of
 
-    quick = tables.variant(depths=1, joint_keep=1)  # shares the task cache; `tables` (full) polishes
-    search = Hybrid(quick, seed, full=tables)
+    search = Hybrid(tables, seed)  # the full tables: the quick ones (depths=1) misrank plans (docs/planner.md)
     seeds = [(tuple(g.tasks for g in b.groups), genome_of(search, [g.devices for g in b.groups])) for b in bases]
     budget = Budget(None if max_evals is not None else budget_s, max_evals)
     result = search.run(budget, seeds, progress=lambda text, _f: report(text))
@@ -164,7 +163,7 @@ def run_hybrid(tables, budget_s: float, max_evals, seed: int, bases, report) -> 
         seed=seed,
         note=f"{result.rounds} successive-halving rounds" + (f", max_evals={max_evals}" if max_evals else ""),
     )
-    return Outcome(quick.groups(result.grouping, result.options), quick.placements(result.options), stats)
+    return Outcome(tables.groups(result.grouping, result.options), tables.placements(result.options), stats)
 
 
 def _not_worse_than(outcome: Outcome, bases) -> Outcome:

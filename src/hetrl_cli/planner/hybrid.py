@@ -4,22 +4,28 @@ arms) and L2 (device-count splits, the sub-arms), and a genetic search over L3 (
 - A *genome* gives every block of devices an owner group (or none). Blocks are whole sub-hosts on clusters
   of WHOLE_HOSTS_FROM sub-hosts or more, else half sub-hosts, so the genome space contains every ILP pool
   at `host` granularity (and more: blocks of one class spread over many groups).
-- Each grouping's first split is *constructive*: whole device classes per group (the two best class plans
-  by a work-to-capacity proxy, `class_plans`), else devices in proportion to the groups' work (each task's
-  fastest time alone on the whole cluster), so the first evaluation of a grouping is already a sensible plan.
+- A *screen* first (`screen`, within SCREEN_SHARE of the budget, on clusters of 2…SCREEN_CLASSES device
+  classes): each task alone on every union of whole classes; every grouping's class plans (each class to
+  one group or idle) bounded from those times plus the exact weight sync and transfers; from each
+  grouping's best class plan a hill climb on a rate proxy reaches plans that split classes; plans scored
+  exactly in increasing bound/proxy. It ranks the groupings (the arms) and seeds their first split.
+- Each grouping's first split is otherwise *constructive*: whole device classes per group (the two best
+  class plans by a work-to-capacity proxy, `class_plans`), else devices in proportion to the groups' work,
+  so the first evaluation of a grouping is already a sensible plan.
 - Mutations: rebalance by measured time (move a block from the group with the most slack, or from the idle
   blocks, to the group whose speed-up shortens the iteration most; trade a fast block of the donor for a
   slow one of the bottleneck; or shed the bottleneck's slowest block to the donor), swap the owners of two
   blocks (L3, count-preserving), move one block to another owner (L2 drift), move every block one owner
   has in a class to another owner (class move).
-- L4/L5: the quick tables (shallowest fitting pipeline) choose each task's TP/PP during the search; every
-  candidate within POLISH_MARGIN of the best so far is *polished*: re-scored with the full tables (the
-  ILP's layout rule: DEPTHS fitting depths per TP degree), the faster of the two kept. The last
+- L4/L5: the tables passed in choose each task's TP/PP (`make_plan` passes the full tables, the ILP's rule:
+  the quick ones, depths=1, misrank plans badly on PPO). With `full` tables as well, every candidate within
+  POLISH_MARGIN of the best so far is *polished* (re-scored with them, the faster kept), and the last
   FINAL_SHARE of the budget polishes the best unpolished candidates of all splits.
 - Successive halving: each round every surviving grouping spends its budget on its surviving splits; the
   worse half of the groupings is dropped; survivors' budgets double; each survivor keeps the better half
   of its explored splits. The first cycle grows only each grouping's constructive split (the mutations
-  move device counts from there); later cycles all splits.
+  move device counts from there); later cycles all splits. Screened, the first cycle runs only the best
+  SCREEN_ARMS groupings by the screen's rank, and each later cycle doubles the groupings and the splits.
 - Deterministic: all randomness comes from `random.Random(seed)`; with `max_evals` the result depends only
   on (profile, workload, seed, max_evals). With only a wall-clock budget, the number of evaluations a
   machine manages decides where the search stops, so results can differ between machines.
@@ -35,8 +41,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hetrl_cli.artifacts.workload import TaskName
+from hetrl_cli.costmodel.types import PHASES
 from hetrl_cli.planner.space import DeviceClass, groupings
-from hetrl_cli.planner.tables import GroupOption, Tables, compose
+from hetrl_cli.planner.tables import PHASE_OF, GroupOption, Tables, compose
 
 Subset = tuple[TaskName, ...]
 IDLE = -1
@@ -54,6 +61,17 @@ REBALANCE = 0.5
 """Share of mutations that rebalance by measured group time (the rest are random L2/L3 moves)."""
 FINAL_SHARE = 0.1
 """Share of the budget kept for polishing the best unpolished candidates at the end."""
+SCREEN_SHARE = 0.5
+"""At most this share of the budget screens class plans (bounds from each task alone, then exact best-first)."""
+CLIMB_SHARE = 0.8
+"""Share of the screen's budget the proxy hill climbs may use (the rest scores plans exactly)."""
+SCREEN_CLASSES = 5
+"""Class plans are screened on clusters of at most this many device classes (2^k − 1 device sets)."""
+SCREEN_PLANS = 20_000
+"""At most this many class plans are bounded (pure arithmetic), groupings with fewer groups first."""
+SCREEN_ARMS = 8
+"""Screened: the first cycle runs the best this-many groupings (by their screened class plans); each later
+cycle doubles the number and the splits per grouping, so every arm is reached again (anytime)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +125,7 @@ class Budget:
 
     def __init__(self, budget_s: float | None, max_evals: int | None) -> None:
         now = time.monotonic()
+        self.start, self.budget_s = now, budget_s
         self.deadline = None if budget_s is None else now + budget_s
         self.search_deadline = None if budget_s is None else now + budget_s * (1 - FINAL_SHARE)
         self.max_evals = max_evals
@@ -121,6 +140,24 @@ class Budget:
         if evals is not None and self.evals >= evals:
             return True
         return deadline is not None and time.monotonic() >= deadline
+
+    def within(self, share: float) -> bool:
+        """Whether less than `share` of the budget (evaluations and seconds) is spent."""
+        if self.max_evals is not None and self.evals >= share * self.max_evals:
+            return False
+        return self.budget_s is None or time.monotonic() - self.start < share * self.budget_s
+
+
+@dataclass
+class Screened:
+    """What the class-plan screen learnt about one grouping."""
+
+    key: float
+    """Its best exact class-plan score, or the best bound where none was scored exactly (the arm order)."""
+    scored: list[Candidate]
+    """Class plans scored exactly, best first."""
+    bounded: list[list[int]]
+    """Genomes of the class plans only bounded, best bound first (dealt before the class-by-class ones)."""
 
 
 class Hybrid:
@@ -301,6 +338,208 @@ class Hybrid:
         ranked.sort()
         return [[assign[b.cls] for b in self.blocks] for _, assign in ranked[:keep]]
 
+    def screen(self, all_groupings: Sequence[tuple[Subset, ...]], budget: Budget) -> dict[int, Screened]:
+        """Structured first plans of every grouping, within SCREEN_SHARE of the budget (docs/planner.md).
+
+        1. Each task alone on every union of whole device classes (2^k − 1 device sets, one evaluation per
+           set; the tables' `alone`, shared by every subset holding the task), finished even past the
+           share; 2. always runs, 3. and 4. only within it.
+        2. Class plans (each class wholly to one group or idle, every group at least one class), bounded by
+           `compose()` over the groups' tasks at their fastest alone plus the exact weight sync and
+           transfers: a task's time next to group mates is never shorter (mates only take memory).
+        3. From each grouping's best class plan, a steepest-descent climb on a rate proxy (a group's time on
+           part of a class union: its time on the union over the share of the union's task rate it holds;
+           no cost-model call but the pair costs) reaches plans that split a class (e.g. async generation
+           on one host of a class). Moves: one block, or all an owner has of a class, to another owner or
+           idle (optionally narrowing the receiver to that class), or a group narrowed to one class; two
+           of these are needed where a group must swap a class for another. Overlapping groupings (async,
+           generation alone) climb first, then fewer groups first, within CLIMB_SHARE of the screen.
+        4. Plans scored exactly in increasing bound or proxy until the next cannot beat the best score.
+        Deterministic under max_evals (only evaluations count). Empty on clusters of over SCREEN_CLASSES
+        classes."""
+        k = len(self.classes)
+        if not 1 < k <= SCREEN_CLASSES:
+            return {}
+        tasks = self.tables.tasks
+        n_blocks = [sum(1 for b in self.blocks if b.cls == c) for c in range(k)]
+        fastest: dict[tuple[TaskName, int], float] = {}
+        union: dict[int, tuple[str, ...]] = {}
+        # The whole cluster first. These tables are finished even past the share (at most 2^k − 1 device
+        # sets): without them nothing ranks the groupings, and a search over all of them unranked is far
+        # worse than one that starts late.
+        for mask in sorted(range(1, 2**k), key=lambda m: (-bin(m).count("1"), m)):
+            if budget.spent():
+                return {}
+            budget.evals += 1
+            _, union[mask] = self.devices_of([0 if mask >> b.cls & 1 else IDLE for b in self.blocks], 0)
+            for task in tasks:
+                fits = self.tables.alone(task, union[mask])
+                fastest[(task, mask)] = min((f[0] for f in fits), default=math.inf)
+        phase_of: dict[tuple[Subset, tuple[int, ...]], tuple[float, ...] | None] = {}
+
+        def phases(subset: Subset, counts: tuple[int, ...]) -> tuple[float, ...] | None:
+            """The subset's per-phase seconds on `counts` blocks per class: exact bound on whole classes,
+            the rate proxy on parts."""
+            if (subset, counts) not in phase_of:
+                mask = sum(1 << c for c, x in enumerate(counts) if x)
+                phase = [0.0] * len(PHASES)
+                for task in subset:
+                    rates = [1 / fastest[(task, 1 << c)] if counts[c] else 0.0 for c in range(k)]
+                    held = sum(r * counts[c] / n_blocks[c] for c, r in enumerate(rates))
+                    share = held / sum(rates) if sum(rates) > 0 else 0.0
+                    phase[PHASE_OF[task]] += fastest[(task, mask)] / share if share > 0 else math.inf
+                phase_of[(subset, counts)] = tuple(phase) if all(map(math.isfinite, phase)) else None
+            return phase_of[(subset, counts)]
+
+        of_class = [[i for i, b in enumerate(self.blocks) if b.cls == c] for c in range(k)]
+
+        def genome_of_counts(counts: Sequence[tuple[int, ...]]) -> list[int]:
+            """Group g takes the next counts[g][c] blocks of class c (in order); the rest idle."""
+            genome = [IDLE] * len(self.blocks)
+            for c in range(k):
+                at = 0
+                for g, row in enumerate(counts):
+                    for i in of_class[c][at : at + row[c]]:
+                        genome[i] = g
+                    at += row[c]
+            return genome
+
+        spans: dict[tuple[int, int, int], tuple[str, ...]] = {}
+
+        def devices_for(counts: Sequence[tuple[int, ...]]) -> list[tuple[str, ...]]:
+            """Each group's devices in genome_of_counts' realisation (blocks in class order)."""
+            out, at = [], [0] * k
+            for row in counts:
+                devs: tuple[str, ...] = ()
+                for c, x in enumerate(row):
+                    if (c, at[c], x) not in spans:
+                        blocks = [self.blocks[i] for i in of_class[c][at[c] : at[c] + x]]
+                        spans[(c, at[c], x)] = tuple(
+                            d for b in blocks for d in self.classes[c].devices[b.host][b.start : b.start + b.size]
+                        )
+                    devs += spans[(c, at[c], x)]
+                    at[c] += x
+                out.append(devs)
+            return out
+
+        def value(gi: int, counts: tuple[tuple[int, ...], ...]) -> float:
+            if (gi, counts) in plans:
+                return plans[(gi, counts)]
+            grouping = all_groupings[gi]
+            per = [phases(s, row) for s, row in zip(grouping, counts, strict=True)]
+            if any(p is None for p in per):
+                return math.inf
+            devices = devices_for(counts)
+            options = [GroupOption(s, d, (), (), (), p) for s, d, p in zip(grouping, devices, per, strict=True)]  # type: ignore[arg-type]
+            return self.tables.score(grouping, options)
+
+        def class_counts(n: int) -> list[tuple[tuple[int, ...], ...]]:
+            """Blocks per group and class of every class plan with n groups."""
+            out = []
+            for assign in itertools.product([*range(n), IDLE], repeat=k):
+                if len(set(assign) - {IDLE}) == n:
+                    out.append(tuple(tuple(n_blocks[c] if assign[c] == g else 0 for c in range(k)) for g in range(n)))
+            return out
+
+        plans: dict[tuple[int, tuple[tuple[int, ...], ...]], float] = {}
+        best_class: dict[int, tuple[float, tuple[tuple[int, ...], ...]]] = {}
+        mode, floor = self.tables.workload.mode, self.tables.floor
+        bounded, by_n = 0, {n: class_counts(n) for n in range(1, k + 1)}
+        overlap = [mode == "async" and ("generation",) in g for g in all_groupings]
+
+        def compute_only(gi: int, counts: tuple[tuple[int, ...], ...]) -> float:
+            """value() without weight sync and transfers (compose() inlined): never above value(), and no
+            cost-model call, so plans are valued in its order and cut where it passes the best value."""
+            per = [phases(s, row) for s, row in zip(all_groupings[gi], counts, strict=True)]
+            if any(p is None for p in per):
+                return math.inf
+            span = [max(floor[i], *(p[i] for p in per)) for i in range(len(PHASES))]  # type: ignore[index]
+            return max(span[0], span[1] + span[2]) if overlap[gi] else sum(span)
+
+        for gi in sorted(range(len(all_groupings)), key=lambda i: (len(all_groupings[i]), i)):
+            grouping = all_groupings[gi]
+            n = len(grouping)
+            if n > k or bounded >= SCREEN_PLANS:
+                continue
+            by_compute = [(compute_only(gi, counts), counts) for counts in by_n[n]]
+            by_compute = [bc for bc in by_compute if math.isfinite(bc[0])]
+            bounded += len(by_compute)
+            for compute, counts in sorted(by_compute):
+                if compute >= best_class.get(gi, (math.inf,))[0]:
+                    break  # transfers only add: no later plan of this grouping beats its best
+                plans[(gi, counts)] = v = value(gi, counts)
+                if v < best_class.get(gi, (math.inf,))[0]:
+                    best_class[gi] = (v, counts)
+        # Climb order: groupings that overlap generation with the rest first (whole classes rarely balance
+        # the two overlapped sides), fewer groups first (cheaper climbs, fewer hand-overs), then by value.
+        climb = sorted(best_class, key=lambda gi: (not overlap[gi], len(all_groupings[gi]), best_class[gi][0], gi))
+        for gi in climb:
+            v, counts = best_class[gi]
+            if not budget.within(SCREEN_SHARE * CLIMB_SHARE):
+                break
+            if not math.isfinite(v):
+                continue
+            n = len(counts)
+            for _ in range(sum(n_blocks)):  # hill climb: one block, or all an owner has of a class, elsewhere
+                moves = []
+                for c in range(k):
+                    idle = n_blocks[c] - sum(row[c] for row in counts)
+                    for src in [*range(n), IDLE]:
+                        have = counts[src][c] if src != IDLE else idle
+                        for dst, amount in itertools.product([*range(n), IDLE], sorted({1, have}) if have else []):
+                            if dst == src:
+                                continue
+                            rows = [list(row) for row in counts]
+                            if src != IDLE:
+                                rows[src][c] -= amount
+                            if dst != IDLE:
+                                rows[dst][c] += amount
+                            if all(any(row) for row in rows):
+                                moves.append(tuple(tuple(row) for row in rows))
+                            if dst != IDLE and sum(1 for x in rows[dst] if x) > 1:  # and the receiver narrowed to c
+                                rows[dst] = [x if cc == c else 0 for cc, x in enumerate(rows[dst])]
+                                moves.append(tuple(tuple(row) for row in rows))
+                for g, row in enumerate(counts):  # narrow a group to one of its classes (the rest idle)
+                    if sum(1 for x in row if x) > 1:
+                        moves.extend(
+                            tuple(
+                                tuple(x if c == keep else 0 for c, x in enumerate(r)) if h == g else r
+                                for h, r in enumerate(counts)
+                            )
+                            for keep in range(k)
+                            if row[keep]
+                        )
+                step = (math.inf, counts)
+                for lower, m in sorted((compute_only(gi, m), m) for m in set(moves)):
+                    if lower >= min(step[0], v * (1 - 1e-9)):
+                        break
+                    plans[(gi, m)] = mv = value(gi, m)
+                    step = min(step, (mv, m))
+                if step[0] >= v * (1 - 1e-9):
+                    break
+                v, counts = step
+        order = sorted(plans.items(), key=lambda item: (item[1], item[0]))
+        incumbent = math.inf
+        scored: dict[int, list[Candidate]] = {}
+        done: set[tuple[int, tuple[tuple[int, ...], ...]]] = set()
+        for (gi, counts), v in order:
+            if v >= incumbent * (1 - 1e-9) or not budget.within(SCREEN_SHARE):
+                break
+            cand = self.evaluate(all_groupings[gi], genome_of_counts(counts), budget)
+            scored.setdefault(gi, []).append(cand)
+            done.add((gi, counts))
+            incumbent = min(incumbent, cand.score)
+        out: dict[int, Screened] = {}
+        for (gi, counts), v in order:
+            if gi not in out:
+                mine = sorted(scored.get(gi, []), key=lambda c: c.score)
+                out[gi] = Screened(mine[0].score if mine else math.inf, mine, [])
+            if (gi, counts) not in done and math.isfinite(v):
+                if not out[gi].bounded:  # the lowest value not scored yet
+                    out[gi].key = min(out[gi].key, v)
+                out[gi].bounded.append(genome_of_counts(counts))
+        return out
+
     def splits(self, n_groups: int, grouping: tuple[Subset, ...] | None = None) -> list[tuple[int, ...]]:
         """Device counts per group (and idle last) in units of whole sub-hosts, at most MAX_SPLITS, spread; the
         constructive split of `grouping` first."""
@@ -410,6 +649,24 @@ class Hybrid:
         def best_score() -> float:
             return math.inf if best is None else best[0]
 
+        screened = self.screen(all_groupings, budget)
+        for gi, found in screened.items():  # first arm: the screened class plans, scored ones in the population
+            genomes = [list(c.genome) for c in found.scored] + found.bounded
+            if not genomes:
+                continue
+            counts = self.counts(genomes[0], len(all_groupings[gi]))
+            rest = [a for a in arms.get(gi, []) if a.split != counts]
+            first = Arm(counts, rng=random.Random(root.random()), seeds=found.bounded[:POPULATION])
+            first.population = found.scored[:POPULATION]
+            arms[gi] = [first, *rest[: MAX_SPLITS - 1]]
+            for cand in found.scored:
+                consider(gi, cand)
+
+        def rank(gi: int) -> tuple[float, int]:
+            """Arm order of a cycle: the best score so far, else the screened bound, else last."""
+            scores = [a.best for a in arms[gi] if a.population]
+            return (min(scores) if scores else screened[gi].key if gi in screened else math.inf, gi)
+
         for grouping, genome in seeds:
             gi = all_groupings.index(grouping)
             cand = self.evaluate(grouping, genome, budget)
@@ -423,11 +680,13 @@ class Hybrid:
             nonlocal rounds, cycle
             while not budget.spent():  # one successive-halving cycle after another (budgets doubling per cycle)
                 alive = list(arms)
-                live_arms = {gi: list(arms[gi]) for gi in alive}
                 per_arm = FIRST_ROUND * 2**cycle
                 cycle += 1
-
                 width = 1 if cycle == 1 else MAX_SPLITS + 1  # the first cycle: only each grouping's constructive split
+                if screened:  # the best-ranked groupings first, more of them and of their splits each cycle
+                    alive = sorted(alive, key=rank)[: SCREEN_ARMS * 2 ** (cycle - 1)]
+                    width = min(MAX_SPLITS + 1, 2 ** (cycle - 1))
+                live_arms = {gi: list(arms[gi]) for gi in alive}
 
                 def active(gi: int, live_arms=live_arms, width=width) -> list[Arm]:
                     return live_arms[gi][:width]

@@ -108,6 +108,7 @@ class Tables:
         self.floor: tuple[float, ...] = tuple(rule if "reward" in phase else 0.0 for phase in PHASES)
         """Seconds per phase that run on no device (the rule-based reward, on the driver)."""
         self._pair: dict[tuple, float] = {}
+        self._specs: dict[tuple, list[PairSpec]] = {}
 
     def variant(self, depths: int, joint_keep: int = JOINT_KEEP) -> Tables:
         """Tables with another layout rule over the same cost model, sharing the task and pair caches (their
@@ -250,8 +251,12 @@ class Tables:
     # --- between groups ------------------------------------------------------------------------
 
     def pair_specs(self, grouping: Sequence[tuple[TaskName, ...]]) -> list[PairSpec]:
-        """Weight sync and transfers the cost model charges between different groups of `grouping`."""
-        return pair_specs(self.cm, self.workload, grouping)
+        """Weight sync and transfers the cost model charges between different groups of `grouping` (memoised:
+        they depend on the grouping only, and every plan score reads them)."""
+        key = tuple(grouping)
+        if key not in self._specs:
+            self._specs[key] = pair_specs(self.cm, self.workload, grouping)
+        return self._specs[key]
 
     def pair_cost(self, spec: PairSpec, src: tuple[str, ...], dst: tuple[str, ...]) -> float:
         key = (spec.weight_sync, spec.nbytes, src, dst)
