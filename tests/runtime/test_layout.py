@@ -35,7 +35,9 @@ def test_layout_of_a_colocated_uneven_plan() -> None:
     assert actor.ranges == ((0, 4), (4, 16))
     assert layout.rest_ranks == [0, 1]
     assert not layout.overlaps_generation()
-    assert layout.sync_ranks("actor_train", "generation") == [0, 1]
+    # rank 1 runs one-rank replicas of both actor_train and generation: it syncs from its own copy
+    assert layout.self_synced_ranks("actor_train", "generation") == {0, 1}
+    assert layout.sync_ranks("actor_train", "generation") == [0]
 
 
 def test_layout_of_a_disaggregated_plan() -> None:
@@ -44,6 +46,7 @@ def test_layout_of_a_disaggregated_plan() -> None:
     assert layout.tasks_of(1) == ["reference", "reward", "actor_train"]
     assert layout.rest_ranks == [1]
     assert layout.overlaps_generation()
+    assert layout.self_synced_ranks("actor_train", "generation") == set()
     assert layout.sync_ranks("actor_train", "generation") == [0, 1]
 
 

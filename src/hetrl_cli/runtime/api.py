@@ -168,8 +168,8 @@ def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
         raise BadInput("--steps must be at least 1")
     if options.engine not in ENGINES:
         raise BadInput(f"unknown engine {options.engine!r}; choose one of: {', '.join(ENGINES)}")
-    if options.engine == "auto" and any(t.task == "generation" and t.tp > 1 for t in plan.tasks):
-        options = _replace(options, engine="hf")  # vllm does not run TP generation here; hf does
+    if options.engine == "auto" and any(t.task == "generation" and (t.tp > 1 or t.offload) for t in plan.tasks):
+        options = _replace(options, engine="hf")  # vllm does not run TP or offloaded generation here; hf does
     check_runnable(plan, options.engine)
     user_reward_gate(plan.workload.reward_rule, plan.name, options.allow_user_reward)
     slots = _remote_slots(plan, options)

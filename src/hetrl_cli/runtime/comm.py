@@ -8,8 +8,9 @@ Groups (created once, in a fixed order, by every rank, as torch.distributed requ
   all-reduced here (layout.TaskLayout.group_specs);
 - mp:<task>:<r>, tp:<task>:<r>:<s>: replica r of a task (gradient norm, weight gathers) and the TP group of its
   stage s (the TP all-reduces), for tasks with tp or pp above 1 (runtime/parallel.py);
-- sync:actor / sync:critic: a training leader plus the ranks that run inference with those weights; the
-  weights are broadcast here as one flat buffer (one collective, not one per tensor).
+- sync:actor / sync:critic: a training leader plus the ranks that run inference with those weights and do not
+  hold them in a one-rank training replica of their own; the weights are broadcast here as one flat buffer
+  (one collective, not one per tensor).
 Gloo on CPU, NCCL on GPU (with gloo for object collectives).
 """
 

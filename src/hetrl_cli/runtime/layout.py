@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from hetrl_cli.artifacts.plan import Plan, TaskPlan
 from hetrl_cli.artifacts.workload import ALL_TASKS
 
+ZERO_KINDS = ("zero1", "zero2")
+"""The workload `sharding` values the runtime executes across DP replicas (runtime/sharding.py); zero3 is refused."""
+
 
 def split_device_id(device_id: str) -> tuple[str, int]:
     """`host/index` -> (host, index); the host part may itself contain '/' only before the last one.
@@ -173,17 +176,33 @@ class TaskLayout:
         """Rank of replica 0's first stage, TP index 0: the source of weight syncs and the checkpoint writer."""
         return self.replicas[0].grid[0][0]
 
-    def group_specs(self) -> dict[str, list[int]]:
+    def group_specs(self, zero: bool = False) -> dict[str, list[int]]:
         """Process groups this task needs: `dp:<task>:<t>` (every rank of TP index t, all replicas and
-        stages: gradient sums), `mp:<task>:<r>` (replica r: norms, gathers) and `tp:<task>:<r>:<s>`."""
+        stages: gradient sums), `mp:<task>:<r>` (replica r: norms, gathers) and `tp:<task>:<r>:<s>`; with
+        `zero` and pp > 1 also the ZeRO groups `zero:<task>:<s>:<t>` (see `zero_group`)."""
         specs = {f"dp:{self.task}:{t}": [rep.grid[s][t] for rep in self.replicas for s in range(self.pp)]
                  for t in range(self.tp)}  # fmt: skip
+        if zero and self.pp > 1:
+            for s in range(self.pp):
+                for t in range(self.tp):
+                    specs[f"zero:{self.task}:{s}:{t}"] = [rep.grid[s][t] for rep in self.replicas]
         for r, rep in enumerate(self.replicas):
             if len(rep.ranks) > 1:
                 specs[f"mp:{self.task}:{r}"] = list(rep.ranks)
             if self.tp > 1:
                 specs.update({f"tp:{self.task}:{r}:{s}": list(group) for s, group in enumerate(rep.grid)})
         return specs
+
+    def zero_group(self, rank: int) -> tuple[str, int]:
+        """(name, global rank of replica 0's member) of `rank`'s ZeRO group: the ranks that hold the same
+        parameters in every replica (equal stage and TP index). With pp = 1 that is the DP group itself;
+        with pp > 1 it needs equal layer splits in every replica (`supported` checks)."""
+        pos = self.position(rank)
+        assert pos is not None, f"rank {rank} runs no part of {self.task}"
+        first = self.replicas[0].grid[pos.stage][pos.tp_rank]
+        if self.pp == 1:
+            return f"dp:{self.task}:{pos.tp_rank}", first
+        return f"zero:{self.task}:{pos.stage}:{pos.tp_rank}", first
 
 
 @dataclass(frozen=True)
@@ -238,8 +257,17 @@ class Layout:
         return self.ranks_of(*(t for t in self.tasks if t != "generation"))
 
     def sync_ranks(self, source_task: str, target_task: str) -> list[int]:
-        """The weight-sync group: the source task's leader plus every rank of the target task."""
-        return sorted({self.tasks[source_task].leader, *self.tasks[target_task].ranks})
+        """The weight-sync group: the source task's leader plus every rank of the target task that does not
+        hold the trained weights itself (`self_synced_ranks`)."""
+        local = self.self_synced_ranks(source_task, target_task)
+        return sorted({self.tasks[source_task].leader, *(r for r in self.tasks[target_task].ranks if r not in local)})
+
+    def self_synced_ranks(self, source_task: str, target_task: str) -> set[int]:
+        """Ranks that run a one-rank replica of both tasks (TP = PP = 1 on each side): after the step's gradient
+        sum every training replica holds the same weights, so such a rank updates its inference copy from its
+        own replica and nothing crosses a link (the colocated, verl-like layout)."""
+        solo = {rep.grid[0][0] for rep in self.tasks[source_task].replicas if len(rep.ranks) == 1}
+        return {rep.grid[0][0] for rep in self.tasks[target_task].replicas if len(rep.ranks) == 1} & solo
 
     def overlaps_generation(self) -> bool:
         """Async mode overlaps generation with training only when no generation rank runs another task."""
@@ -251,10 +279,13 @@ def supported(plan: Plan, engine: str = "hf") -> list[str]:
 
     Runs: any TP degree that divides the model (heads, KV heads split or replicated, intermediate size) for
     every task, generation included with the hf engine; any PP depth and (uneven) layer split for every task but
-    generation. `engine` is the resolved or requested engine (`auto` may still become vllm).
+    generation; sharding zero1/zero2 (with pp > 1: equal layer splits across replicas); recompute; offload
+    (generation: hf engine). `engine` is the resolved or requested engine (`auto` may still become vllm).
     """
-    problems = []
+    problems = _sharding_problems(plan)
     for task in plan.tasks:
+        if task.offload and task.task == "generation" and engine == "vllm":
+            problems.append("task generation: offload with the vllm engine (pass --engine hf to offload generation)")
         if task.pp > 1 and task.task == "generation":
             problems.append(f"task generation: pp={task.pp} (generation is not pipelined; use tp or dp instead)")
         if task.tp > 1 and task.task == "generation" and engine == "vllm":
@@ -270,6 +301,30 @@ def supported(plan: Plan, engine: str = "hf") -> list[str]:
     if missing:
         problems.append(f"tasks not placed by the plan: {', '.join(missing)}")
     return problems
+
+
+TRAIN_TASKS = ("actor_train", "critic_train")
+
+
+def _sharding_problems(plan: Plan) -> list[str]:
+    """The workload's `sharding` against the training tasks' layouts. It only acts across DP replicas (dp > 1),
+    as in the cost model; zero1/zero2 run (runtime/sharding.py), zero3 does not."""
+    kind = plan.workload.sharding
+    out = []
+    for task in plan.tasks:
+        if task.task not in TRAIN_TASKS or task.dp == 1 or kind == "none":
+            continue
+        if kind == "zero3":
+            out.append(
+                f"workload sharding: zero3 with task {task.task} at dp={task.dp} (parameter sharding is not "
+                "executed by the runtime; use sharding: zero1 or zero2)"
+            )
+        elif task.pp > 1 and len({tuple(r.layer_split) for r in task.replicas}) > 1:
+            out.append(
+                f"task {task.task}: sharding {kind} with pp={task.pp} needs the same layer split in every replica "
+                f"(got {', '.join(str(list(r.layer_split)) for r in task.replicas)})"
+            )
+    return out
 
 
 def _model_fits(plan: Plan, task: TaskPlan) -> list[str]:

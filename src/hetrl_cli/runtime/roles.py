@@ -112,14 +112,31 @@ def _per_sequence(shard, rollouts: list[Rollout], pad_id: int, micro_batch: int,
             for i, r in enumerate(chunk)]  # fmt: skip
 
 
-def make_optimizer(params, kind: str, lr: float, weight_decay: float):
-    import torch
+def make_optimizer(params, kind: str, lr: float, weight_decay: float, zero: Any = None):
+    """The workload's optimizer; ZeRO-partitioned when `zero` (sharding.Zero) is active."""
+    from hetrl_cli.runtime import sharding
 
-    if kind == "sgd":
-        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
-    if kind == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    return sharding.make_optimizer(params, kind, lr, weight_decay, zero)
+
+
+def _trainable(shard, recompute: bool) -> None:
+    """Activation recomputation on the shard's decoder layers (workload `recompute`)."""
+    if recompute:
+        from hetrl_cli.runtime.sharding import enable_recompute
+
+        enable_recompute(shard.model.model.layers)
+
+
+def _step(shard, optimizer, zero: Any, max_norm: float, dp: tuple[Any, int]) -> float:
+    """Sum the gradients over DP, clip by the full model's norm, (zero2) free the other ranks' gradients, step."""
+    shard.reduce_gradients(*dp)
+    norm = shard.clip_grad_norm(max_norm)
+    if zero is not None and zero.kind == "zero2":
+        from hetrl_cli.runtime.sharding import free_foreign_grads
+
+        free_foreign_grads(optimizer)
+    optimizer.step()
+    return norm
 
 
 def sequence_seed(seed: int, step: int, index: int) -> int:
@@ -195,12 +212,17 @@ class Actor:
         micro_batch: int,
         device: str = "cpu",
         parallel: Any = None,
+        zero: Any = None,
+        recompute: bool = False,
     ) -> None:
+        """`zero` (sharding.Zero): ZeRO over the task's replicas; `recompute`: activation checkpointing."""
         from hetrl_cli.runtime.tinymodel import load_causal_lm
 
         self.shard = _shard(load_causal_lm(model_dir).to(device), parallel)
         self.model = self.shard.model
-        self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.lr, rl.weight_decay)
+        _trainable(self.shard, recompute)
+        self.zero = zero
+        self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.lr, rl.weight_decay, zero)
         self.rl, self.algorithm, self.epochs = rl, algorithm, epochs
         self.pad_id, self.micro_batch, self.device = pad_id, micro_batch, device
 
@@ -239,9 +261,7 @@ class Actor:
             for part in pipeline_train(self.shard, batches, loss):
                 for key in ("pg_loss_sum", "kl_sum", "clipped_sum", "tokens"):
                     sums[key] += float(part[key])
-            self.shard.reduce_gradients(*dp)
-            sums["grad_norm"] = self.shard.clip_grad_norm(self.rl.grad_clip)
-            self.optimizer.step()
+            sums["grad_norm"] = _step(self.shard, self.optimizer, self.zero, self.rl.grad_clip, dp)
         return sums
 
     def _micro_loss(self, logits: Tensor, batch: SeqBatch, advantages, old_logp, ref_logp) -> dict[str, Any]:
@@ -265,8 +285,9 @@ class Actor:
         return self.shard.full_weights()
 
     def state(self) -> dict[str, Any] | None:
-        """Weights and optimizer state, full shapes, canonical names (leader only; collective over the replica)."""
-        return _full_state(self.shard, self.optimizer)
+        """Weights and optimizer state, full shapes, canonical names (leader only; collective over the replica,
+        and with ZeRO over the ZeRO group too: then every rank of the task calls it)."""
+        return _full_state(self.shard, self.optimizer, self.zero)
 
     def load_state(self, state: dict[str, Any]) -> None:
         _load_full_state(self.shard, self.optimizer, state)
@@ -286,6 +307,8 @@ class Critic:
         seed: int,
         device: str = "cpu",
         parallel: Any = None,
+        zero: Any = None,
+        recompute: bool = False,
     ) -> None:
         import torch
         from transformers import AutoModelForTokenClassification
@@ -294,7 +317,10 @@ class Critic:
         model = AutoModelForTokenClassification.from_pretrained(str(model_dir), num_labels=1).to(device)
         self.shard = _shard(model, parallel)
         self.model = self.shard.model
-        self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.critic_lr, rl.weight_decay)
+        _trainable(self.shard, recompute)
+        self.zero = zero
+        self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.critic_lr, rl.weight_decay,
+                                        zero)  # fmt: skip
         self.rl, self.epochs, self.pad_id, self.micro_batch, self.device = rl, epochs, pad_id, micro_batch, device
 
     @staticmethod
@@ -328,9 +354,7 @@ class Critic:
             for part in pipeline_train(self.shard, batches, loss):
                 for key in sums:
                     sums[key] += part[key]
-            self.shard.reduce_gradients(*dp)
-            self.shard.clip_grad_norm(self.rl.grad_clip)
-            self.optimizer.step()
+            _step(self.shard, self.optimizer, self.zero, self.rl.grad_clip, dp)
         return sums
 
     def named_weights(self) -> list[tuple[str, Tensor]] | None:
@@ -342,14 +366,22 @@ class Critic:
         self.shard.load_full(named)
 
     def state(self) -> dict[str, Any] | None:
-        return _full_state(self.shard, self.optimizer)
+        return _full_state(self.shard, self.optimizer, self.zero)
 
     def load_state(self, state: dict[str, Any]) -> None:
         _load_full_state(self.shard, self.optimizer, state)
 
 
-def _full_state(shard, optimizer) -> dict[str, Any] | None:
-    """A checkpoint independent of the layout: full tensors in canonical names (None off the leader)."""
+def _full_state(shard, optimizer, zero: Any = None) -> dict[str, Any] | None:
+    """A checkpoint independent of the layout: full tensors in canonical names (None off the leader).
+
+    With ZeRO the optimizer state is first consolidated on replica 0's rank of each ZeRO group (every rank of
+    the task takes part); only replica 0's ranks then gather it to the leader."""
+    from hetrl_cli.runtime.sharding import consolidate
+
+    consolidate(optimizer, zero)
+    if zero is not None and zero.active and shard.par.pos.replica != 0:
+        return None  # other replicas took part in the consolidation only
     weights = shard.full_weights()
     optim = shard.full_optimizer_state(optimizer)
     if weights is None:

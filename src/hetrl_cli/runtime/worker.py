@@ -36,7 +36,7 @@ from hetrl_cli.artifacts.io import load_artifact
 from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.runtime import algorithms as alg
 from hetrl_cli.runtime import comm, tracking
-from hetrl_cli.runtime.layout import Layout, Position, split_device_id
+from hetrl_cli.runtime.layout import ZERO_KINDS, Layout, Position, split_device_id
 from hetrl_cli.runtime.roles import (
     Actor,
     Critic,
@@ -117,6 +117,7 @@ class Worker:
         self.tracker: tracking.MetricsTracker | None = None  # opened by run(), once the first step is known
         self.groups = comm.make_groups(self._group_specs(), manifest.collective_timeout_s)
         self._build_roles()
+        self.offloads = self._offloads()
         from hetrl_cli.runtime.datasets import load_records
 
         self.records = load_records(wl.dataset.kind, wl.dataset.path, wl.seed)
@@ -146,6 +147,19 @@ class Worker:
 
         return dp_group(self.layout.tasks[task], self.rank, self.groups)
 
+    def sharded(self, task: str) -> bool:
+        """Whether `task`'s optimizer state is ZeRO-sharded across its replicas (workload sharding, dp > 1)."""
+        replicas = len(self.layout.tasks[task].replicas) if task in self.layout.tasks else 0
+        return self.workload.sharding in ZERO_KINDS and task in TRAIN_TASKS and replicas > 1
+
+    def zero(self, task: str):
+        """This rank's sharding.Zero for a training task (kind "none" when not sharded)."""
+        from hetrl_cli.runtime.sharding import Zero, zero_for
+
+        if not self.sharded(task):
+            return Zero()
+        return zero_for(self.layout.tasks[task], self.rank, self.groups, self.workload.sharding)
+
     # setup -----------------------------------------------------------------------------------------------
     def _torch_device(self) -> str:
         import torch
@@ -159,8 +173,8 @@ class Worker:
     def _group_specs(self) -> dict[str, list[int]]:
         lay = self.layout
         specs: dict[str, list[int]] = {}
-        for tl in lay.tasks.values():
-            specs.update(tl.group_specs())
+        for name, tl in lay.tasks.items():
+            specs.update(tl.group_specs(zero=self.workload.sharding in ZERO_KINDS and name in TRAIN_TASKS))
         specs["rest"] = lay.rest_ranks
         specs["sync:actor"] = lay.sync_ranks("actor_train", "generation")
         if "critic_train" in lay.tasks:
@@ -187,14 +201,16 @@ class Worker:
                                        wl.rl.temperature, wl.seed)  # fmt: skip
         if "actor_train" in tasks:
             self.actor = Actor(actor_dir, wl.rl, wl.algorithm, wl.optimizer, wl.ppo_epochs, pad, wl.micro_batch, dev,
-                               self.parallel("actor_train"))  # fmt: skip
+                               self.parallel("actor_train"), self.zero("actor_train"), wl.recompute)  # fmt: skip
         if "reference" in tasks:
             ref_dir = self._model_dir("reference")
             self.reference = Reference(ref_dir, pad, wl.micro_batch, dev, self.parallel("reference"))
 
         def critic(task: str) -> Critic:
+            train = task == "critic_train"
             return Critic(self._model_dir("critic"), wl.rl, wl.optimizer, wl.ppo_epochs, pad, wl.micro_batch, wl.seed,
-                          dev, self.parallel(task))  # fmt: skip
+                          dev, self.parallel(task), self.zero(task) if train else None,
+                          wl.recompute and train)  # fmt: skip
 
         if "critic_train" in tasks:
             self.critic = critic("critic_train")
@@ -206,6 +222,49 @@ class Worker:
             else:
                 self.reward = RewardModel(self._model_dir("reward"), pad, wl.micro_batch, wl.seed, dev,
                                           self.parallel("reward"))  # fmt: skip
+
+    def _offloads(self):
+        """A sharding.Offload for each task of this rank whose placement says `offload`: what the cost model
+        (costmodel/memory.py) keeps off the device between the task's phases. Training: the optimizer state
+        (the weights stay: the trainer is their home); inference and generation: the weights (none for a rule
+        reward, nor for critic inference that runs on the trained critic)."""
+        from hetrl_cli.runtime.sharding import Offload
+
+        wanted = {t.task for t in self.plan.tasks if t.offload} & set(self.tasks)
+        out = {}
+        for task in sorted(wanted):
+            modules, optimizers = [], []
+            if task == "actor_train":
+                optimizers.append(self.actor.optimizer)
+            elif task == "critic_train":
+                optimizers.append(self.critic.optimizer)
+            elif task == "generation":
+                engine_model = getattr(self.generator.engine, "model", None)
+                if engine_model is None:
+                    raise RuntimeError("offloaded generation needs the hf engine; pass --engine hf")
+                modules.append(engine_model)
+            elif task == "critic_inference":
+                if self.critic_infer is not self.critic:
+                    modules.append(self.critic_infer.model)
+            else:  # reference, reward (a rule reward holds no model)
+                role = self.reference if task == "reference" else self.reward
+                if getattr(role, "model", None) is not None:
+                    modules.append(role.model)
+            out[task] = Offload(task, self.device, tuple(modules), tuple(optimizers))
+        return out
+
+    @contextmanager
+    def resident(self, task: str):
+        """An offloaded task's state on the device for the block, back in host memory after it."""
+        off = self.offloads.get(task)
+        if off is None:
+            yield
+            return
+        off.to_device()
+        try:
+            yield
+        finally:
+            off.to_host()
 
     def _critic_shared(self) -> bool:
         """Critic inference reuses the trained critic when this rank's inference replica is laid out exactly like
@@ -232,6 +291,11 @@ class Worker:
     # the run ---------------------------------------------------------------------------------------------
     def run(self) -> None:
         first = self.restore()
+        for off in self.offloads.values():  # between its phases an offloaded task's state lives on the host
+            off.to_host()
+        if self.offloads:
+            moved = ", ".join(sorted(self.offloads))
+            print(f"offload: {moved} state kept in host memory between phases (device {self.device})", flush=True)
         if self.rank == 0:
             self.tracker = tracking.open_tracker(self.rundir.root, self.manifest.tensorboard, first_step=first)
         last = self.manifest.steps
@@ -274,7 +338,7 @@ class Worker:
             return []
         lo, hi = self.layout.tasks["generation"].range_of(self.rank)
         timer = timer or Timer()
-        with timer.phase("generation"):
+        with timer.phase("generation"), self.resident("generation"):
             mine = self.generator.generate(step, self.prompts(step)[lo:hi])
         pos = self.position("generation")
         return mine if pos is not None and pos.tp_rank == 0 else []  # TP peers hold the same rollouts
@@ -306,16 +370,16 @@ class Worker:
             mine.setdefault(field, {}).update({start + i: v for i, v in enumerate(values)})
 
         if self.reference is not None:
-            with timer.phase("reference"):
+            with timer.phase("reference"), self.resident("reference"):
                 record("ref_logp", *self._apply("reference", rollouts, self.reference.logprobs))
         if self.reward is not None:
             records = step_records(self.records, step, self.workload.prompts_per_step, self.workload.seed)
             group = self.workload.responses_per_prompt
-            with timer.phase("reward"):
+            with timer.phase("reward"), self.resident("reward"):
                 start, share = self._share("reward", rollouts)
                 record("score", start, self.reward.scores(share, [records[r.index // group] for r in share]))
         if self.critic_infer is not None:
-            with timer.phase("critic_inference"):
+            with timer.phase("critic_inference"), self.resident("critic_inference"):
                 record("values", *self._apply("critic_inference", rollouts, self.critic_infer.values))
         if self.actor is not None:
             with timer.phase("actor_train"):  # the old log-probs are part of the actor_train task
@@ -362,7 +426,7 @@ class Worker:
             }
         if self.actor is not None:
             lo, hi = self.layout.tasks["actor_train"].range_of(self.rank)
-            with timer.phase("actor_train"):
+            with timer.phase("actor_train"), self.resident("actor_train"):
                 sums = self.actor.train_step(rollouts[lo:hi], advantages[lo:hi], old[lo:hi], ref[lo:hi], total_tokens,
                                              self.dp("actor_train"))  # fmt: skip
             if self.actor.shard.par.pos.output:  # one report per replica: its last stage, TP index 0
@@ -370,7 +434,7 @@ class Worker:
         if self.critic is not None:
             assert returns is not None and values is not None
             lo, hi = self.layout.tasks["critic_train"].range_of(self.rank)
-            with timer.phase("critic_train"):
+            with timer.phase("critic_train"), self.resident("critic_train"):
                 sums = self.critic.train_step(rollouts[lo:hi], returns[lo:hi], values[lo:hi], total_tokens,
                                               self.dp("critic_train"))  # fmt: skip
             if self.critic.shard.par.pos.output:
@@ -382,13 +446,17 @@ class Worker:
 
         The leader of actor_train gathers the full weights from the ranks of its replica (TP shards, PP stages),
         then sends one flat buffer over sync:actor; every generation rank keeps its own TP slices of it. A
-        generation engine on the leader's own rank (colocated) is updated in place from the local tensors.
+        generation engine on a rank that holds a whole training replica itself (the leader's, or any one-rank
+        replica colocated with one-rank generation) is updated in place from its own tensors, with no transfer.
         """
         self.actor_weights = None
         if self.actor is not None and self.in_first_replica("actor_train"):
             self.actor_weights = self.actor.named_weights()  # kept for the report's checksum
         actor_src = self.layout.tasks["actor_train"].leader
-        if self.groups.has("sync:actor", self.rank):
+        if self.rank != actor_src and self.rank in self.layout.self_synced_ranks("actor_train", "generation"):
+            if self.generator is not None:  # this rank's own replica holds the same trained weights
+                self.generator.engine.update_weights(self.actor.named_weights())
+        elif self.groups.has("sync:actor", self.rank):
             named = self.actor_weights if self.rank == actor_src else None
             received = comm.broadcast_weights(named, actor_src, self.groups.get("sync:actor"),
                                               self.groups.size("sync:actor"))  # fmt: skip
@@ -399,8 +467,11 @@ class Worker:
         critic_named = None
         if self.critic is not None and self.in_first_replica("critic_train"):
             critic_named = self.critic.named_weights()
-        if self.groups.has("sync:critic", self.rank):
-            critic_src = self.layout.tasks["critic_train"].leader
+        critic_src = self.layout.tasks["critic_train"].leader
+        if self.rank != critic_src and self.rank in self.layout.self_synced_ranks("critic_train", "critic_inference"):
+            if self.critic_infer is not None and self.critic_infer is not self.critic:
+                self.critic_infer.load_weights(self.critic.named_weights())
+        elif self.groups.has("sync:critic", self.rank):
             named = critic_named if self.rank == critic_src else None
             received = comm.broadcast_weights(named, critic_src, self.groups.get("sync:critic"),
                                               self.groups.size("sync:critic"))  # fmt: skip
@@ -443,8 +514,10 @@ class Worker:
             return
         staging = self.rundir.staging(step)
         for task, role, name in (("actor_train", self.actor, "actor.pt"), ("critic_train", self.critic, "critic.pt")):
-            if role is not None and self.in_first_replica(task):
-                state = role.state()  # full tensors, gathered from replica 0's ranks to its leader
+            if role is not None and (self.in_first_replica(task) or self.sharded(task)):
+                # full tensors, gathered from replica 0's ranks to its leader (ZeRO: every replica's optimizer
+                # partition consolidated on replica 0 first)
+                state = role.state()
                 if self.leads(task):
                     save_torch_atomic(state, staging / name)
         comm.barrier()
@@ -471,6 +544,9 @@ class Worker:
             self.rundir.truncate_metrics(step)
             print(f"resuming after step {step} from {path}", flush=True)
         return step + 1
+
+
+TRAIN_TASKS = ("actor_train", "critic_train")
 
 
 def merge_reports(layout: Layout, step: int, reports: list[dict[str, Any]], step_s: float, mode: str) -> dict[str, Any]:
