@@ -110,6 +110,15 @@ def cross_fit(profile: ClusterProfile, runs: list[dict]) -> dict[str, dict]:
     return fits
 
 
+def task_errors(before, after) -> dict[str, dict[str, float]]:
+    """Per task of one run: measured seconds, predicted before and after calibration, and both errors."""
+    return {
+        c.task: {"measured_s": c.measured_s, "before_s": c.predicted_s, "after_s": a.predicted_s,
+                 "error_before": c.error, "error_after": a.error}
+        for c, a in zip(before.tasks, after.tasks, strict=True)
+    }  # fmt: skip
+
+
 def evaluate(profile: ClusterProfile, runs: list[dict], fits: dict) -> list[dict]:
     rows = []
     for r in runs:
@@ -118,11 +127,7 @@ def evaluate(profile: ClusterProfile, runs: list[dict], fits: dict) -> list[dict
         plan, _ = load_run(r["run_dir"])
         scored = rescore(plan, profile, calibration=fits[fold].factors())
         after = validate_run(r["run_dir"], WARMUP, scored=scored, predictions=f"calibration fold {fold}", write=False)
-        tasks = {
-            c.task: {"measured_s": c.measured_s, "before_s": c.predicted_s, "after_s": a.predicted_s,
-                     "error_before": c.error, "error_after": a.error}
-            for c, a in zip(before.tasks, after.tasks, strict=True)
-        }  # fmt: skip
+        tasks = task_errors(before, after)
         rows.append(
             {
                 "workload": r["workload"],

@@ -10,13 +10,31 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from hetrl_cli.emulate.system import kill_pids
-from hetrl_cli.errors import HetrlError
+from hetrl_cli.errors import BadInput, HetrlError
 
-PREFIX = "hetrl-emu-"
+DEFAULT_PREFIX = "hetrl-emu-"
+PREFIX_ENV = "HETRL_EMULATE_PREFIX"
+_PREFIX_PATTERN = re.compile(r"^hetrl-[a-z0-9]{1,4}-$")
+"""At most 11 characters, so a veth name (PREFIX + v199) stays within IFNAMSIZ (15)."""
+
+
+def _prefix() -> str:
+    """The name prefix of everything `up` makes and `down` sweeps: `hetrl-emu-`, or $HETRL_EMULATE_PREFIX.
+
+    A second prefix lets a second cluster (a benchmark) live beside the tests' one: each `down` sweeps only
+    its own prefix. Read once at import; a bad value is refused then, before anything is made."""
+    value = os.environ.get(PREFIX_ENV, DEFAULT_PREFIX)
+    if not _PREFIX_PATTERN.match(value):
+        raise BadInput(f"${PREFIX_ENV}={value!r}: use hetrl-XXXX- (1-4 lower-case letters or digits), e.g. hetrl-emb-")
+    return value
+
+
+PREFIX = _prefix()
 SWEEP_DEPTH = 6
 """How deep under a controller's mount `down` looks for leftover groups by name."""
 

@@ -1,0 +1,406 @@
+"""Issue 5 on real processes: planned vs baseline plans and the cost model's error on an emulated 3-host cluster.
+
+As root: brings up examples/emulate-suite.yaml (fast 1.0 / mid 0.5 cores in east, slow 0.25 in west, 50 Mbit/s
+east-west) under its own name prefix, subnet and state dir so the tests' cluster can be up beside it; profiles
+it (`profile_hosts`, quick probes); builds a bigger random Qwen2 (examples/emulate-model.json) so a step takes
+seconds on the slow host; plans GRPO sync, GRPO async and PPO sync (examples/emulate-{grpo,ppo}.yaml) with the
+ilp solver, verl and streamrl, plus three hand-made layouts (>= 6 plans each); runs every plan for STEPS steps
+across the hosts, round-robin over plans, for as many rounds as the time budget allows; then cross-fits the
+calibration (plans in two folds, each predicted by the fit on the other fold) and reports step time, per-task
+error before/after and Spearman's rho of predicted vs measured step time.
+
+    sudo .venv/bin/python bench/emulated_suite.py [--budget-min 25] [--steps 4] [--quick]
+    → bench/results/emulated_suite.json (rewritten after every run; docs/benchmarks.md quotes it)
+
+`hetrl emulate down` runs in a finally, also on failure (only this prefix's cluster is swept).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HETRL_EMULATE_PREFIX", "hetrl-emb-")  # before hetrl_cli.emulate is imported
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from hetrl_cli.artifacts.plan import Plan
+from hetrl_cli.artifacts.profile import ClusterProfile
+from hetrl_cli.artifacts.workload import Workload
+from hetrl_cli.calibration.candidates import scored_plan
+from hetrl_cli.calibration.fit import fit_calibration
+from hetrl_cli.calibration.validate import load_run, validate_run
+from hetrl_cli.costmodel.model import CostModel
+from hetrl_cli.costmodel.simulate import rescore
+from hetrl_cli.emulate.api import emulate_down, emulate_up
+from hetrl_cli.planner.api import make_plan
+from hetrl_cli.profiling.remote import ProfileOptions, profile_hosts
+from hetrl_cli.runtime.api import RunOptions, run_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from validate_local import spearman, summarise, task_errors
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "bench" / "results" / "emulated_suite.json"
+SPEC = REPO / "examples" / "emulate-suite.yaml"
+STATE = Path("/run/hetrl-emulated-suite")
+WORK = Path("/tmp/hetrl-emulated-suite")
+MODEL_CONFIG = REPO / "examples" / "emulate-model.json"
+WARMUP = 1
+BASELINES = ("verl", "streamrl")
+
+
+def build_model(target: Path) -> Path:
+    """The bigger random Qwen2 of examples/emulate-model.json with the tiny tokenizer, saved once to `target`."""
+    if (target / "config.json").is_file():
+        return target
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from hetrl_cli.runtime.tinymodel import build_tokenizer
+
+    tokenizer = build_tokenizer(0)
+    cfg = json.loads(MODEL_CONFIG.read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    config = Qwen2Config(
+        **cfg,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).eval()
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    target.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target
+
+
+def workloads(model_dir: Path) -> dict[str, Workload]:
+    """GRPO sync/async and PPO sync from the example yamls, pointed at the built model."""
+    model = {"arch": "hf", "config_path": str(model_dir / "config.json"), "path": str(model_dir)}
+    out = {}
+    for name, file, extra in (
+        ("grpo-sync", "emulate-grpo.yaml", {}),
+        ("grpo-async", "emulate-grpo.yaml", {"mode": "async", "name": "emulate-grpo-async"}),
+        ("ppo-sync", "emulate-ppo.yaml", {}),
+    ):
+        data = yaml.safe_load((REPO / "examples" / file).read_text())
+        data.update(extra, actor=model)
+        if data.get("algorithm") == "ppo":
+            data["critic"] = model
+        out[name] = Workload.model_validate(data)
+    return out
+
+
+def device_ids(profile: ClusterProfile) -> dict[str, str]:
+    """fast/mid/slow → device id, by the hosts' order in hosts.txt (the spec's order)."""
+    names = ("fast", "mid", "slow")
+    hosts = [h.name for h in profile.hosts]
+    by_host = {d.host: d.id for d in profile.devices}
+    return {n: by_host[h] for n, h in zip(names, hosts, strict=True)}
+
+
+def plans_for(profile: ClusterProfile, wl_name: str, wl: Workload, dev: dict[str, str], budget_s: float) -> dict:
+    """Planner (ilp), the two baselines, and hand-made layouts, each a scored Plan."""
+    out: dict[str, Plan] = {}
+    for solver in ("ilp", *BASELINES):
+        out[solver] = make_plan(profile, wl, solver=solver, budget_s=budget_s, name=f"{wl_name}:{solver}")
+    tasks = CostModel(profile, wl).required_tasks
+    f, m, s = dev["fast"], dev["mid"], dev["slow"]
+    manual = {
+        "fast-only": [(tasks, (f,), (1.0,))],
+        "east-2:1": [(tasks, (f, m), (2 / 3, 1 / 3))],
+        "all-4:2:1": [(tasks, (f, m, s), (4 / 7, 2 / 7, 1 / 7))],
+    }
+    for name, layout in manual.items():
+        out[name] = scored_plan(profile, wl, layout, f"{wl_name}:{name}")
+    return out
+
+
+def describe(plan: Plan) -> str:
+    """Groups as `tasks@hosts[shares]`, short, for the tables."""
+    parts = []
+    for g in plan.groups:
+        devs = "+".join(d.split("/")[0].split("@")[-1].split(":")[0].rsplit(".", 1)[-1] for d in g.devices)
+        parts.append(f"{'+'.join(t[:4] for t in g.tasks)}@.{devs}")
+    return " | ".join(parts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--budget-min", type=float, default=25.0, help="stop starting runs after this many minutes")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--plan-budget", type=float, default=20.0, help="planner budget per workload, seconds")
+    ap.add_argument("--quick", action="store_true", help="dry run: grpo-sync only, 2 plans, 2 steps, 1 round")
+    ap.add_argument("--markdown", action="store_true", help="print the docs/benchmarks.md tables of the JSON")
+    ap.add_argument("--analyse-only", action="store_true", help="re-analyse the runs recorded in the JSON")
+    args = ap.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(OUT.read_text())))
+        return
+    if args.analyse_only:
+        result = json.loads(OUT.read_text())
+        profile = ClusterProfile.model_validate_json((WORK / "profile.json").read_text())
+        analyse(result, profile)
+        OUT.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(json.dumps(result["summary"]["per_workload"], indent=1, default=str))
+        return
+    start = time.monotonic()
+    deadline = start + args.budget_min * 60
+    result: dict = {
+        "command": "sudo .venv/bin/python bench/emulated_suite.py " + " ".join(sys.argv[1:]),
+        "machine": f"{platform.node()}, {os.cpu_count()} cores",
+        "uptime_start": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+        "spec": str(SPEC.relative_to(REPO)),
+        "steps": args.steps,
+        "warmup": WARMUP,
+        "engine": "hf",
+        "runs": [],
+    }
+    out = OUT.with_name("emulated_suite_quick.json") if args.quick else OUT
+
+    def save() -> None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+    up_here = not (STATE / "state.json").exists()
+    if up_here:
+        cluster = emulate_up(SPEC, STATE)
+        print("\n".join(cluster.summary()), file=sys.stderr)
+    try:
+        WORK.mkdir(parents=True, exist_ok=True)
+        options = ProfileOptions(
+            known_hosts=STATE / "known_hosts", links_file=STATE / "links.yaml", name="emulate-suite", quick=True
+        )
+        profile = profile_hosts(STATE / "hosts.txt", options)
+        (WORK / "profile.json").write_text(profile.model_dump_json(indent=2))
+        dev = device_ids(profile)
+        result["profile"] = {
+            "devices": {n: {"id": d, **_device_facts(profile, d)} for n, d in dev.items()},
+            "links": [
+                {"a": lk.a, "b": lk.b, "bandwidth_Mbit_s": round(lk.bandwidth_Bps * 8 / 1e6, 1), "kind": lk.kind}
+                for lk in profile.links
+            ],
+        }
+        save()
+        model_dir = build_model(WORK / "model")
+        wls = workloads(model_dir)
+        if args.quick:
+            wls = {"grpo-sync": wls["grpo-sync"]}
+        plans: dict[str, dict[str, Plan]] = {}
+        for wl_name, wl in wls.items():
+            plans[wl_name] = plans_for(profile, wl_name, wl, dev, args.plan_budget)
+            if args.quick:
+                plans[wl_name] = {k: plans[wl_name][k] for k in ("ilp", "verl")}
+            result.setdefault("plans", {})[wl_name] = {
+                k: {"describe": describe(p), "predicted_step_s": p.cost.iteration_s, "solver": p.solver.solver}
+                for k, p in plans[wl_name].items()
+            }
+            print(json.dumps(result["plans"][wl_name], indent=1), file=sys.stderr, flush=True)
+            save()
+        steps = 2 if args.quick else args.steps
+        rounds = 1 if args.quick else args.rounds
+        runs_root = WORK / "runs" / time.strftime("%Y%m%d-%H%M%S")  # fresh: a run dir cannot be reused
+        order = [(w, k) for k in next(iter(plans.values())) for w in plans]  # round-robin over plans and workloads
+        for rnd in range(rounds):
+            for wl_name, key in order:
+                if time.monotonic() > deadline:
+                    result["stopped_early"] = f"time budget reached in round {rnd}"
+                    break
+                plan = plans[wl_name][key]
+                run_dir = runs_root / f"{wl_name}-{key}-r{rnd}"
+                t0 = time.monotonic()
+                status = "completed"
+                try:
+                    summary = run_plan(
+                        plan,
+                        RunOptions(
+                            steps=steps,
+                            run_dir=run_dir,
+                            engine="hf",
+                            hosts_file=STATE / "hosts.txt",
+                            known_hosts=STATE / "known_hosts",
+                            timeout_s=600,
+                            collective_timeout_s=300,
+                            tensorboard=False,
+                            echo=lambda _line: None,
+                        ),
+                    )
+                    status = summary.status
+                except Exception as exc:  # a failed run is recorded, the suite goes on (not a Ctrl-C)
+                    if "interrupted" in str(exc):
+                        raise KeyboardInterrupt from exc
+                    status = f"failed: {exc}"
+                wall = time.monotonic() - t0
+                print(f"round {rnd} {wl_name:10s} {key:10s} {wall:6.1f} s {status}", file=sys.stderr, flush=True)
+                result["runs"].append(
+                    {"workload": wl_name, "layout": key, "round": rnd, "run_dir": str(run_dir), "wall_s": wall,
+                     "status": status}
+                )  # fmt: skip
+                save()
+        result["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        analyse(result, profile)
+        result["bench_wall_s"] = round(time.monotonic() - start, 1)
+        save()
+        print(json.dumps(result.get("summary", {}), indent=1, default=str))
+    finally:  # also a cluster found up: the suite owns this state dir, and leaves nothing behind
+        emulate_down(STATE)
+
+
+def _device_facts(profile: ClusterProfile, device_id: str) -> dict:
+    d = next(x for x in profile.devices if x.id == device_id)
+    return {"cores": d.cores, "gflops_fp32": round(d.measured_tflops.get("fp32", 0) * 1e3, 1)}
+
+
+def analyse(result: dict, profile: ClusterProfile) -> None:
+    """Per plan the median over rounds; cross-fitted calibration; errors before/after; speedups; Spearman."""
+    ok = [r for r in result["runs"] if r["status"] == "completed"]
+    if not ok:
+        return
+    keys = list(dict.fromkeys(r["layout"] for r in ok))
+    fold_a = set(keys[0::2])
+    result["folds"] = {"A": sorted(fold_a), "B": sorted(set(keys) - fold_a)}
+    fits = {}
+    for fold in ("A", "B"):
+        train = [r for r in ok if (r["layout"] in fold_a) != (fold == "A")]
+        if train:
+            data = [(Path(r["run_dir"]).name, *load_run(r["run_dir"])) for r in train]
+            fits[fold] = fit_calibration(data, profile, WARMUP)
+    rows = []
+    for r in ok:
+        fold = "A" if r["layout"] in fold_a else "B"
+        before = validate_run(r["run_dir"], WARMUP, write=False)
+        plan, _ = load_run(r["run_dir"])
+        after = before
+        if fold in fits:
+            scored = rescore(plan, profile, calibration=fits[fold].factors())
+            after = validate_run(r["run_dir"], WARMUP, scored=scored, predictions=f"fold {fold}", write=False)
+        tasks = task_errors(before, after)
+        rows.append(
+            {
+                **{k: r[k] for k in ("workload", "layout", "round", "wall_s")},
+                "fold": fold,
+                "measured_step_s": before.iteration.measured_s,
+                "predicted_step_s_before": before.iteration.predicted_s,
+                "predicted_step_s_after": after.iteration.predicted_s,
+                "step_error_before": before.iteration.error,
+                "step_error_after": after.iteration.error,
+                "tasks": tasks,
+            }
+        )
+    result["rows"] = rows
+    # one row per (workload, plan): medians over rounds, for the ranking and the speedups
+    merged = []
+    for wl in dict.fromkeys(r["workload"] for r in rows):
+        for key in dict.fromkeys(r["layout"] for r in rows if r["workload"] == wl):
+            mine = [r for r in rows if r["workload"] == wl and r["layout"] == key]
+            merged.append(
+                {
+                    "workload": wl,
+                    "layout": key,
+                    "rounds": len(mine),
+                    "measured_step_s": statistics.median(r["measured_step_s"] for r in mine),
+                    "measured_all_s": [round(r["measured_step_s"], 3) for r in mine],
+                    "predicted_step_s_before": mine[0]["predicted_step_s_before"],
+                    "predicted_step_s_after": mine[0]["predicted_step_s_after"],
+                    "step_error_before": statistics.median(r["step_error_before"] for r in mine),
+                    "step_error_after": statistics.median(r["step_error_after"] for r in mine),
+                    "tasks": mine[0]["tasks"],
+                    "weight_sync_measured_s": statistics.median(
+                        (r["tasks"].get("weight_sync") or {}).get("measured_s") or 0.0 for r in mine
+                    ),
+                }
+            )
+    summary = summarise(rows)
+    summary["per_workload"] = summarise(merged)["per_workload"]
+    for wl, entry in summary["per_workload"].items():
+        step = {r["layout"]: r["measured_step_s"] for r in merged if r["workload"] == wl}
+        if "ilp" in step:
+            entry["speedup_ilp_over"] = {b: step[b] / step["ilp"] for b in BASELINES if b in step}
+            # the runtime broadcasts weights to every generation rank, also to colocated DP replicas that
+            # already hold them (the cost model counts those as a local reshard): the speedup without it
+            rest = {
+                r["layout"]: r["measured_step_s"] - r["weight_sync_measured_s"] for r in merged if r["workload"] == wl
+            }
+            entry["speedup_ilp_over_without_weight_sync"] = {b: rest[b] / rest["ilp"] for b in BASELINES if b in rest}
+        pred = {r["layout"]: r["predicted_step_s_before"] for r in merged if r["workload"] == wl}
+        if "ilp" in pred:
+            entry["predicted_speedup_ilp_over"] = {b: pred[b] / pred["ilp"] for b in BASELINES if b in pred}
+        entry["spearman_check"] = spearman(
+            [r["predicted_step_s_before"] for r in merged if r["workload"] == wl], list(step.values())
+        )
+    result["merged"] = merged
+    result["summary"] = summary
+    result["calibrations"] = {
+        f: {k: v for k, v in json.loads(c.model_dump_json()).items() if k != "residuals"} for f, c in fits.items()
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.0f} %"
+
+
+def markdown(result: dict) -> str:
+    """The tables docs/benchmarks.md quotes: plans and step times, per-task error, ranking."""
+    s = result["summary"]
+    lines = ["| workload | plan | layout (host .2 fast, .3 mid, .4 slow) | predicted s | measured s (per round) |"]
+    lines.append("|---|---|---|---|---|")
+    for m in result["merged"]:
+        desc = result["plans"][m["workload"]][m["layout"]]["describe"]
+        meas = ", ".join(f"{x:.2f}" for x in m["measured_all_s"])
+        lines.append(
+            f"| {m['workload']} | {m['layout']} | `{desc}` | {m['predicted_step_s_before']:.2f} | "
+            f"{m['measured_step_s']:.2f} ({meas}) |"
+        )
+    lines += ["", "| workload | ilp vs verl | ilp vs streamrl | same, weight sync left out (verl, streamrl) | "
+              "predicted ilp vs verl, streamrl |", "|---|---|---|---|---|"]  # fmt: skip
+    for wl, e in s["per_workload"].items():
+        sp, wo, pr = (
+            e.get("speedup_ilp_over", {}),
+            e.get("speedup_ilp_over_without_weight_sync", {}),
+            e.get("predicted_speedup_ilp_over", {}),
+        )
+        f = lambda d, k: f"{d[k]:.2f}×" if k in d else "–"  # noqa: E731
+        lines.append(
+            f"| {wl} | {f(sp, 'verl')} | {f(sp, 'streamrl')} | {f(wo, 'verl')}, {f(wo, 'streamrl')} | "
+            f"{f(pr, 'verl')}, {f(pr, 'streamrl')} |"
+        )
+    lines += ["", "| task | n | median before | median after | p90 before | p90 after |", "|---|---|---|---|---|---|"]
+    for task, e in s["per_task"].items():
+        b, a = e["before"], e["after"]
+        lines.append(
+            f"| {task} | {b['n']} | {_pct(b['median_abs_error'])} | {_pct(a['median_abs_error'])} | "
+            f"{_pct(b['p90_abs_error'])} | {_pct(a['p90_abs_error'])} |"
+        )
+    b, a = s["all_tasks"]["before"], s["all_tasks"]["after"]
+    lines.append(
+        f"| **all tasks** | {b['n']} | {_pct(b['median_abs_error'])} | {_pct(a['median_abs_error'])} | "
+        f"{_pct(b['p90_abs_error'])} | {_pct(a['p90_abs_error'])} |"
+    )
+    lines += ["", "| workload | plans | Spearman ρ before | Spearman ρ after | step error median before → after | "
+              "fastest measured | fastest predicted (before) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for wl, e in s["per_workload"].items():
+        fastest_before = min(
+            (m for m in result["merged"] if m["workload"] == wl), key=lambda m: m["predicted_step_s_before"]
+        )["layout"]
+        lines.append(
+            f"| {wl} | {e['plans']} | {e['before']['spearman']:.2f} | {e['after']['spearman']:.2f} | "
+            f"{_pct(e['before']['step_median_abs_error'])} → {_pct(e['after']['step_median_abs_error'])} | "
+            f"{e['fastest_measured']} | {fastest_before} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
