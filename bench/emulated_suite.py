@@ -46,7 +46,7 @@ from hetrl_cli.profiling.remote import ProfileOptions, profile_hosts
 from hetrl_cli.runtime.api import RunOptions, run_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from validate_local import spearman, summarise, task_errors
+from validate_local import run_errors, spearman, summarise
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "results" / "emulated_suite.json"
@@ -286,19 +286,8 @@ def analyse(result: dict, profile: ClusterProfile) -> None:
         if fold in fits:
             scored = rescore(plan, profile, calibration=fits[fold].factors())
             after = validate_run(r["run_dir"], WARMUP, scored=scored, predictions=f"fold {fold}", write=False)
-        tasks = task_errors(before, after)
-        rows.append(
-            {
-                **{k: r[k] for k in ("workload", "layout", "round", "wall_s")},
-                "fold": fold,
-                "measured_step_s": before.iteration.measured_s,
-                "predicted_step_s_before": before.iteration.predicted_s,
-                "predicted_step_s_after": after.iteration.predicted_s,
-                "step_error_before": before.iteration.error,
-                "step_error_after": after.iteration.error,
-                "tasks": tasks,
-            }
-        )
+        rows.append({**{k: r[k] for k in ("workload", "layout", "round", "wall_s")}, "fold": fold,
+                     **run_errors(before, after)})  # fmt: skip
     result["rows"] = rows
     # one row per (workload, plan): medians over rounds, for the ranking and the speedups
     merged = []
@@ -377,17 +366,12 @@ def markdown(result: dict) -> str:
             f"{f(pr, 'verl')}, {f(pr, 'streamrl')} |"
         )
     lines += ["", "| task | n | median before | median after | p90 before | p90 after |", "|---|---|---|---|---|---|"]
-    for task, e in s["per_task"].items():
+    for label, e in [*s["per_task"].items(), ("**all tasks**", s["all_tasks"])]:
         b, a = e["before"], e["after"]
         lines.append(
-            f"| {task} | {b['n']} | {_pct(b['median_abs_error'])} | {_pct(a['median_abs_error'])} | "
+            f"| {label} | {b['n']} | {_pct(b['median_abs_error'])} | {_pct(a['median_abs_error'])} | "
             f"{_pct(b['p90_abs_error'])} | {_pct(a['p90_abs_error'])} |"
         )
-    b, a = s["all_tasks"]["before"], s["all_tasks"]["after"]
-    lines.append(
-        f"| **all tasks** | {b['n']} | {_pct(b['median_abs_error'])} | {_pct(a['median_abs_error'])} | "
-        f"{_pct(b['p90_abs_error'])} | {_pct(a['p90_abs_error'])} |"
-    )
     lines += ["", "| workload | plans | Spearman ρ before | Spearman ρ after | step error median before → after | "
               "fastest measured | fastest predicted (before) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for wl, e in s["per_workload"].items():

@@ -110,13 +110,21 @@ def cross_fit(profile: ClusterProfile, runs: list[dict]) -> dict[str, dict]:
     return fits
 
 
-def task_errors(before, after) -> dict[str, dict[str, float]]:
-    """Per task of one run: measured seconds, predicted before and after calibration, and both errors."""
-    return {
+def run_errors(before, after) -> dict:
+    """One run's step and per-task seconds, measured and predicted before/after calibration, with the errors."""
+    tasks = {
         c.task: {"measured_s": c.measured_s, "before_s": c.predicted_s, "after_s": a.predicted_s,
                  "error_before": c.error, "error_after": a.error}
         for c, a in zip(before.tasks, after.tasks, strict=True)
     }  # fmt: skip
+    return {
+        "measured_step_s": before.iteration.measured_s,
+        "predicted_step_s_before": before.iteration.predicted_s,
+        "predicted_step_s_after": after.iteration.predicted_s,
+        "step_error_before": before.iteration.error,
+        "step_error_after": after.iteration.error,
+        "tasks": tasks,
+    }
 
 
 def evaluate(profile: ClusterProfile, runs: list[dict], fits: dict) -> list[dict]:
@@ -127,21 +135,8 @@ def evaluate(profile: ClusterProfile, runs: list[dict], fits: dict) -> list[dict
         plan, _ = load_run(r["run_dir"])
         scored = rescore(plan, profile, calibration=fits[fold].factors())
         after = validate_run(r["run_dir"], WARMUP, scored=scored, predictions=f"calibration fold {fold}", write=False)
-        tasks = task_errors(before, after)
-        rows.append(
-            {
-                "workload": r["workload"],
-                "layout": r["layout"],
-                "fold": fold,
-                "wall_s": round(r["wall_s"], 1),
-                "measured_step_s": before.iteration.measured_s,
-                "predicted_step_s_before": before.iteration.predicted_s,
-                "predicted_step_s_after": after.iteration.predicted_s,
-                "step_error_before": before.iteration.error,
-                "step_error_after": after.iteration.error,
-                "tasks": tasks,
-            }
-        )
+        rows.append({"workload": r["workload"], "layout": r["layout"], "fold": fold,
+                     "wall_s": round(r["wall_s"], 1), **run_errors(before, after)})  # fmt: skip
     return rows
 
 

@@ -36,7 +36,7 @@ from hetrl_cli.artifacts.io import load_artifact
 from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.runtime import algorithms as alg
 from hetrl_cli.runtime import comm, tracking
-from hetrl_cli.runtime.layout import ZERO_KINDS, Layout, Position, split_device_id
+from hetrl_cli.runtime.layout import TRAIN_TASKS, ZERO_KINDS, Layout, Position, split_device_id
 from hetrl_cli.runtime.roles import (
     Actor,
     Critic,
@@ -174,7 +174,7 @@ class Worker:
         lay = self.layout
         specs: dict[str, list[int]] = {}
         for name, tl in lay.tasks.items():
-            specs.update(tl.group_specs(zero=self.workload.sharding in ZERO_KINDS and name in TRAIN_TASKS))
+            specs.update(tl.group_specs(zero=self.sharded(name)))
         specs["rest"] = lay.rest_ranks
         specs["sync:actor"] = lay.sync_ranks("actor_train", "generation")
         if "critic_train" in lay.tasks:
@@ -452,31 +452,30 @@ class Worker:
         self.actor_weights = None
         if self.actor is not None and self.in_first_replica("actor_train"):
             self.actor_weights = self.actor.named_weights()  # kept for the report's checksum
-        actor_src = self.layout.tasks["actor_train"].leader
-        if self.rank != actor_src and self.rank in self.layout.self_synced_ranks("actor_train", "generation"):
-            if self.generator is not None:  # this rank's own replica holds the same trained weights
-                self.generator.engine.update_weights(self.actor.named_weights())
-        elif self.groups.has("sync:actor", self.rank):
-            named = self.actor_weights if self.rank == actor_src else None
-            received = comm.broadcast_weights(named, actor_src, self.groups.get("sync:actor"),
-                                              self.groups.size("sync:actor"))  # fmt: skip
-            if self.generator is not None:
-                self.generator.engine.update_weights(received)
+        engine = self.generator.engine.update_weights if self.generator is not None else None
+        self._sync("actor_train", "generation", self.actor, self.actor_weights, engine)
         if "critic_train" not in self.layout.tasks:
             return
         critic_named = None
         if self.critic is not None and self.in_first_replica("critic_train"):
             critic_named = self.critic.named_weights()
-        critic_src = self.layout.tasks["critic_train"].leader
-        if self.rank != critic_src and self.rank in self.layout.self_synced_ranks("critic_train", "critic_inference"):
-            if self.critic_infer is not None and self.critic_infer is not self.critic:
-                self.critic_infer.load_weights(self.critic.named_weights())
-        elif self.groups.has("sync:critic", self.rank):
-            named = critic_named if self.rank == critic_src else None
-            received = comm.broadcast_weights(named, critic_src, self.groups.get("sync:critic"),
-                                              self.groups.size("sync:critic"))  # fmt: skip
-            if self.critic_infer is not None and self.critic_infer is not self.critic:
-                self.critic_infer.load_weights(received)
+        separate = self.critic_infer is not None and self.critic_infer is not self.critic
+        self._sync("critic_train", "critic_inference", self.critic, critic_named,
+                   self.critic_infer.load_weights if separate else None)  # fmt: skip
+
+    def _sync(self, source: str, target: str, trainer: Any, gathered: Any, apply: Any) -> None:
+        """One weight sync `source` -> `target` over `sync:<role>`: `gathered` is the leader's full weights,
+        `apply` loads full weights into this rank's inference copy (None: nothing to load here)."""
+        leader = self.layout.tasks[source].leader
+        group = "sync:" + source.removesuffix("_train")
+        if self.rank != leader and self.rank in self.layout.self_synced_ranks(source, target):
+            if apply is not None:  # this rank's own replica holds the same trained weights
+                apply(trainer.named_weights())
+        elif self.groups.has(group, self.rank):
+            named = gathered if self.rank == leader else None
+            received = comm.broadcast_weights(named, leader, self.groups.get(group), self.groups.size(group))
+            if apply is not None:
+                apply(received)
 
     # reporting and checkpoints ---------------------------------------------------------------------------
     def report(self, step: int, rollouts: list[Rollout], report: dict[str, Any], timer: Timer, step_s: float) -> None:
@@ -544,9 +543,6 @@ class Worker:
             self.rundir.truncate_metrics(step)
             print(f"resuming after step {step} from {path}", flush=True)
         return step + 1
-
-
-TRAIN_TASKS = ("actor_train", "critic_train")
 
 
 def merge_reports(layout: Layout, step: int, reports: list[dict[str, Any]], step_s: float, mode: str) -> dict[str, Any]:
