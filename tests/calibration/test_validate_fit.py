@@ -102,6 +102,31 @@ def test_fit_recovers_the_generating_calibration(tmp_path, plans, profile) -> No
     assert cal.runs == [name.replace("|", "_") for name in names]
 
 
+def test_fit_recovers_overheads_on_hosts_of_unequal_speed(tmp_path, profile) -> None:
+    """Device 1's host gets a quarter of a core: the per-step overheads the truth adds cost 4× there, so the
+    fit, which knows each observation's overhead factor (CostModel.overhead_scale), still recovers them
+    from layouts that use one host, the other, or both."""
+    devices = [d.model_copy(update={"cores": 1.0 if d.id == D0 else 0.25}) for d in profile.devices]
+    uneven = profile.model_copy(update={"devices": devices, "fingerprint": None})
+    uneven = uneven.model_copy(update={"fingerprint": uneven.compute_fingerprint()})
+    plans = candidate_plans(uneven, load_workload(WORKLOAD), D0, D1)
+    plans["single-slow"] = candidate_plans(uneven, load_workload(WORKLOAD), D1, D0)["single"]
+    runs = []
+    for name in ("single", "single-slow", "colocated-50", "gen|ref+train"):
+        path = fake_run(tmp_path / name.replace("|", "_"), plans[name], TRUE, uneven, warmup_s=0.0)
+        runs.append((name, plans[name], [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]))
+    slow, fast = (
+        next(t for t in rescore(plans[n], uneven, calibration=TRUE).tasks if t.task == "generation").predicted
+        for n in ("single-slow", "single")
+    )
+    assert slow.other_s == pytest.approx(4 * fast.other_s)  # the truth itself: 4× the overhead there
+    cal = fit_calibration(runs, uneven, warmup=1)
+    assert cal.p90_abs_error_before > 0.5
+    assert cal.p90_abs_error_after < 0.03  # not exact: the balancer shifts shares when the overheads change
+    assert cal.task_overhead_s["generation"] == pytest.approx(0.02, rel=0.25)
+    assert cal.task_overhead_s["weight_sync"] == pytest.approx(0.001, rel=0.5)
+
+
 def test_fit_on_some_layouts_lowers_the_error_of_a_held_out_layout(tmp_path, plans, profile) -> None:
     """Fit on two colocated layouts, judge on the disaggregated one it never saw."""
     fitted = []

@@ -322,6 +322,71 @@ def test_ppo_critic_tasks(mixed_profile) -> None:
     assert len(cm.boundary_transfers(groups)[1]) == 2  # values critic→actor, log-probs actor→critic
 
 
+def test_critic_weights_sync_when_critic_inference_is_in_another_group(mixed_profile) -> None:
+    """The runtime sends the trained critic to a critic_inference copy in another group every step (after the
+    actor's sync); in the trainer's own group critic inference runs on the trained weights (no sync)."""
+    w = Workload(algorithm="ppo", actor={"arch": "qwen3-0.6b"}, critic={"arch": "qwen3-1.7b"}, prompts_per_step=4,
+                 responses_per_prompt=2, max_prompt_tokens=64, max_response_tokens=64)  # fmt: skip
+    cm = CostModel(mixed_profile, w)
+    gen, train = ["l0/0", "l0/1"], ["a0/0", "a0/1"]
+    apart = [
+        GroupPlacement("gen", ("generation", "critic_inference"), tuple(gen)),
+        GroupPlacement("train", ("reference", "actor_train", "critic_train"), tuple(train)),
+    ]
+    together = [
+        GroupPlacement("gen", ("generation",), tuple(gen)),
+        GroupPlacement("train", ("reference", "critic_inference", "actor_train", "critic_train"), tuple(train)),
+    ]
+
+    def placements(critic_inference_devices):
+        return [
+            dp_placement("generation", gen),
+            dp_placement("critic_inference", critic_inference_devices),
+            *(dp_placement(t, train) for t in ("reference", "actor_train", "critic_train")),
+        ]
+
+    actor = cm.weight_sync_s(train, gen)
+    critic = cm.weight_sync_s(train, gen, role="critic")
+    nbytes = BUILTIN["qwen3-1.7b"].param_count("value") * 2
+    assert critic > nbytes / (5e9 / 8) > actor / 2  # the 1.7B critic over the 5 Gbps WAN, more than the 0.6B actor
+    est = cm.evaluate(apart, placements(gen))
+    assert est.weight_sync_s == pytest.approx(actor + critic)
+    assert est.bottleneck.startswith("weight sync (critic training → critic inference) over the 5 Gbps wan link")
+    assert cm.evaluate(together, placements(train)).weight_sync_s == pytest.approx(actor)
+
+
+def test_per_step_overheads_run_at_the_host_core_share() -> None:
+    """A CPU device capped to a quarter of a core does the decode steps' and the calibrated per-step host
+    work 4× slower; its compute is what its profile measured."""
+    from hetrl_cli.artifacts.profile import ClusterProfile, Device, Host, Link
+
+    def cpu(host: str, cores: float) -> Device:
+        return Device(id=f"{host}/0", host=host, index=0, kind="cpu", name="CPU", memory_bytes=8 * 10**9,
+                      measured_tflops={"fp32": 0.05}, memory_gbps=10.0, cores=cores)  # fmt: skip
+
+    prof = ClusterProfile(
+        name="cores", created_at="2026-12-03T00:00:00Z", method="catalog",
+        hosts=[Host(name="fast", address="10.0.0.1"), Host(name="slow", address="10.0.0.2")],
+        devices=[cpu("fast", 1.0), cpu("slow", 0.25)],
+        links=[Link(a="fast", b="slow", bandwidth_Bps=1e9, latency_s=1e-4)],
+    ).with_fingerprint()  # fmt: skip
+    w = Workload(actor={"arch": "tiny"}, precision="fp32", max_prompt_tokens=16, max_response_tokens=16)
+    cal = {"task_overhead_s": {"generation": 0.1, "weight_sync": 0.01}}
+    uncalibrated = CostModel(prof, w).task(dp_placement("generation", ["fast/0"])).terms["overhead"]
+    for calibration, per_step in ((None, 0.0), (cal, 0.1)):
+        cm = CostModel(prof, w, calibration)
+        fast, slow = (cm.task(dp_placement("generation", [d])) for d in ("fast/0", "slow/0"))
+        assert slow.terms["compute"] == pytest.approx(fast.terms["compute"])
+        assert slow.terms["overhead"] == pytest.approx(4 * fast.terms["overhead"])
+        assert fast.terms["overhead"] == pytest.approx(per_step + uncalibrated)
+        both = cm.task(dp_placement("generation", ["fast/0", "slow/0"]))
+        assert both.placement.batch_shares[1] < 0.5  # the balancer gives the slow host less of the batch
+    tensors = BUILTIN["tiny"].tensor_count() * C.WEIGHT_SYNC_PER_TENSOR_S
+    assert cm.weight_sync_s(["fast/0"], ["fast/0"]) - cm.weight_sync_s(["slow/0"], ["slow/0"]) == pytest.approx(
+        -3 * (tensors + 0.01), rel=1e-3
+    )
+
+
 def test_calibration_scales_device_and_link(mixed_profile, grpo_small) -> None:
     p = dp_placement("actor_train", ["a0/0", "a1/0"])
     base = CostModel(mixed_profile, grpo_small).task(p)

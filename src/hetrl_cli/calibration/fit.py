@@ -63,7 +63,9 @@ def _check_profile(runs: list[Run], profile: ClusterProfile) -> str:
 
 
 def _observations(runs: list[Run], profile: ClusterProfile, warmup: int):
-    """Per (run, task): the measured median, the uncalibrated terms and the device names it ran on."""
+    """Per (run, task): the measured median, the uncalibrated terms, the device names it ran on and the
+    factor the cost model puts on a calibrated overhead there (CostModel.overhead_scale: the slowest host's
+    speed for a task; summed over the syncs for the weight sync)."""
     from hetrl_cli.costmodel.model import CostModel
 
     names = {d.id: d.name for d in profile.devices}
@@ -75,11 +77,16 @@ def _observations(runs: list[Run], profile: ClusterProfile, warmup: int):
         estimate = model.evaluate(groups, placements)
         for task, est in estimate.tasks.items():
             if measured.get(task):
-                classes = sorted({names[d] for d in est.placement.devices if d in names})
-                out.append((run_id, task, float(np.median(measured[task])), dict(est.terms), dict(est.links), classes))
+                devices = est.placement.devices
+                classes = sorted({names[d] for d in devices if d in names})
+                scale = model.overhead_scale(devices)
+                m = float(np.median(measured[task]))
+                out.append((run_id, task, m, dict(est.terms), dict(est.links), classes, scale))
         if measured.get("weight_sync"):
             ws = {"overhead": estimate.weight_sync_s}
-            out.append((run_id, "weight_sync", float(np.median(measured["weight_sync"])), ws, {}, []))
+            syncs = model.weight_syncs(placements, groups)
+            scale = sum(model.overhead_scale((*train, *infer)) for _role, train, infer in syncs)
+            out.append((run_id, "weight_sync", float(np.median(measured["weight_sync"])), ws, {}, [], scale))
     return out
 
 
@@ -91,7 +98,7 @@ def _design(observations) -> tuple[list[tuple[str, str]], np.ndarray, np.ndarray
         return unknowns.setdefault(key, len(unknowns))
 
     rows: list[tuple[dict[int, float], float, float]] = []
-    for _run, task, measured, terms, links, classes in observations:
+    for _run, task, measured, terms, links, classes, overhead_scale in observations:
         coef: dict[int, float] = {}
         fixed = 0.0
         for term, seconds in terms.items():
@@ -108,8 +115,9 @@ def _design(observations) -> tuple[list[tuple[str, str]], np.ndarray, np.ndarray
                 coef[c] = coef.get(c, 0.0) + seconds
             else:
                 fixed += seconds
-        c = col(("overhead", task))
-        coef[c] = coef.get(c, 0.0) + 1.0
+        if overhead_scale > 0:
+            c = col(("overhead", task))
+            coef[c] = coef.get(c, 0.0) + overhead_scale
         rows.append((coef, fixed, measured))
     keys = list(unknowns)
     A = np.zeros((len(rows), len(keys)))

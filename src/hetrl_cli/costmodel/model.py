@@ -7,6 +7,7 @@ placement's shape in classes, so the search can call `task()` tens of thousands 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,12 @@ HEAD: dict[str, str] = {
     "critic_train": "value",
 }
 """Output head per task: the actor and reference predict tokens; critic and reward model output a scalar."""
+SYNCED: dict[str, tuple[TaskName, TaskName]] = {
+    "actor": ("actor_train", "generation"),
+    "critic": ("critic_train", "critic_inference"),
+}
+"""Weight syncs by role: (the task that trains the weights, the task that runs inference with a copy)."""
+SYNC_WORDS = {"actor": "training → generation", "critic": "critic training → critic inference"}
 TERM_LABEL: dict[str, str] = {
     "compute": "compute",
     "memory": "memory traffic",
@@ -81,7 +88,7 @@ TERM_LABEL: dict[str, str] = {
 
 @dataclass(frozen=True)
 class _DevClass:
-    """Devices of one name on one host: interchangeable for the cost model."""
+    """Devices of one name and core share on one host: interchangeable for the cost model."""
 
     idx: int
     host: str
@@ -91,6 +98,9 @@ class _DevClass:
     """FLOP/s at the workload precision (profile figure × calibration; task MFUs apply on top)."""
     mem_Bps: float
     memory_bytes: int
+    host_slowdown: float = 1.0
+    """How much slower than one full core this device's host runs the per-step Python and launch work:
+    1 / min(1, cores) for a CPU device under a cgroup quota, 1 where the profile records no core count."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,14 @@ class _ClassEst:
     """The shape cannot run at all (violation set, times inf, no memory)."""
 
 
+def host_slowdown(device) -> float:
+    """_DevClass.host_slowdown of a profiled device: per-step host work (Python, launches) runs at the core
+    share the host's processes get, so a CPU device capped to 0.25 of a core does it 4× slower."""
+    if device.kind == "cpu" and device.cores:
+        return 1.0 / min(1.0, device.cores)
+    return 1.0
+
+
 def _short_name(name: str) -> str:
     return name.removeprefix("NVIDIA ").removeprefix("Tesla ").strip()
 
@@ -177,9 +195,9 @@ class CostModel:
         regions = {h.name: h.region for h in self.profile.hosts}
         self.device_class: dict[str, int] = {}
         self.classes: list[_DevClass] = []
-        index: dict[tuple[str, str], int] = {}
+        index: dict[tuple[str, str, float], int] = {}
         for d in self.profile.devices:
-            key = (d.host, d.name)
+            key = (d.host, d.name, host_slowdown(d))
             if key not in index:
                 cal = dev_cal.get(d.name, {})
                 try:
@@ -197,14 +215,13 @@ class CostModel:
                         flops,
                         mem_Bps,
                         d.memory_bytes,
+                        host_slowdown(d),
                     )
                 )
             else:
                 cls = self.classes[index[key]]
                 if d.memory_bytes < cls.memory_bytes:  # same name, smaller memory share: keep the smaller
-                    self.classes[index[key]] = _DevClass(
-                        cls.idx, cls.host, cls.name, cls.region, cls.compute_Fps, cls.mem_Bps, d.memory_bytes
-                    )
+                    self.classes[index[key]] = dataclasses.replace(cls, memory_bytes=d.memory_bytes)
             self.device_class[d.id] = index[key]
         self.devices = {d.id: d for d in self.profile.devices}
         self._usable = {d.id: d.memory_bytes * C.USABLE_MEMORY_FRACTION for d in self.profile.devices}
@@ -250,9 +267,30 @@ class CostModel:
         self._l1[key] = est
         return est
 
-    def weight_sync_s(self, train_devices: Sequence[str], gen_devices: Sequence[str]) -> float:
-        """Seconds to move the actor's weights from training to generation each step (docs: weight sync)."""
-        return self._weight_sync(tuple(train_devices), tuple(gen_devices))[0]
+    def weight_sync_s(self, train_devices: Sequence[str], gen_devices: Sequence[str], role: str = "actor") -> float:
+        """Seconds to move a trained model's weights to its inference copy each step (docs: weight sync): the
+        actor's from actor_train to generation, or (role 'critic') the critic's to critic_inference."""
+        return self._weight_sync(tuple(train_devices), tuple(gen_devices), role)[0]
+
+    def weight_syncs(self, placements: Sequence[TaskPlacement], groups: Sequence[GroupPlacement]) -> list[tuple]:
+        """The weight syncs a plan runs each step, as (role, train devices, inference devices): the actor's
+        always (a local reshard when colocated), the critic's when critic_inference is in another group than
+        critic_train (in one group it runs on the trainer's own weights, as the runtime does)."""
+        by_task = {p.task: p for p in placements}
+        group_of = {t: g.name for g in groups for t in g.tasks}
+        out = []
+        for role, (train, infer) in SYNCED.items():
+            if train in by_task and infer in by_task:
+                if role == "critic" and group_of.get(train) == group_of.get(infer):
+                    continue
+                out.append((role, by_task[train].devices, by_task[infer].devices))
+        return out
+
+    def overhead_scale(self, devices: Sequence[str]) -> float:
+        """The factor on per-step fixed overheads of work on `devices`: its slowest host's `host_slowdown`
+        (the overhead is per replica and does not shrink with a smaller batch share, so the slowest sets it)."""
+        return max((self.classes[self.device_class[d]].host_slowdown for d in devices if d in self.device_class),
+                   default=1.0)  # fmt: skip
 
     def transfer_s(self, src_devices: Sequence[str], dst_devices: Sequence[str], nbytes: float) -> float:
         """Rollouts/experience between groups: α + bytes/β on the best host pair; 0 on the same device set."""
@@ -344,9 +382,12 @@ class CostModel:
         phases = self.phase_times(groups, estimates)
         transfers = self.boundary_transfers(groups)
         boundary = [sum(s for *_, s in pairs) for pairs in transfers]
-        ws, ws_label = 0.0, ""
-        if "generation" in by_task and "actor_train" in by_task:
-            ws, ws_label = self._weight_sync(by_task["actor_train"].devices, by_task["generation"].devices)
+        ws, ws_label, slowest = 0.0, "", -1.0
+        for role, train, infer in self.weight_syncs(placements, groups):
+            seconds, label = self._weight_sync(train, infer, role)
+            ws += seconds  # the runtime syncs the actor, then the critic
+            if seconds > slowest:  # the bottleneck sentence names the slower sync
+                slowest, ws_label = seconds, f"{SYNC_WORDS[role]}) over the {label}"
         asynchronous = self.workload.mode == "async" and is_async_split(groups)
         iteration = compose_iteration(phases, boundary, ws, asynchronous)
         timeline = self._timeline(groups, estimates, phases, transfers, boundary, ws, asynchronous)
@@ -824,8 +865,6 @@ class CostModel:
         links = dict(reps[crit].links)
         if task in TRAIN_TASKS:
             self._add_train_sync(task, rep_key, stages, splits, terms, links, offload)
-        if self.task_overhead_s.get(task):
-            terms["overhead"] = terms.get("overhead", 0.0) + self.task_overhead_s[task]
         total = sum(terms.values())
         cost = TaskCost.model_construct(
             compute_s=terms.get("compute", 0.0),
@@ -877,8 +916,19 @@ class CostModel:
 
     def _replica(self, task, classes, stages, split, n_seq, others, offload, names, dp) -> _Rep:
         if task == "generation":
-            return self._gen_replica(classes, stages, split, n_seq, others, offload, names)
-        return self._fwd_replica(task, classes, stages, split, n_seq, offload, names, dp)
+            rep = self._gen_replica(classes, stages, split, n_seq, others, offload, names)
+        else:
+            rep = self._fwd_replica(task, classes, stages, split, n_seq, offload, names, dp)
+        extra = self.task_overhead_s.get(task, 0.0)
+        if extra:  # calibrated per-step overhead, per replica, at its host's speed
+            extra *= self._class_slowdown(classes)
+            rep.terms["overhead"] = rep.terms.get("overhead", 0.0) + extra
+            rep.total_s += extra
+        return rep
+
+    def _class_slowdown(self, classes: tuple[tuple[int, ...], ...]) -> float:
+        """The slowest host_slowdown among a replica's device classes (per stage)."""
+        return max(self.classes[c].host_slowdown for stage in classes for c in stage)
 
     # ---- generation -----------------------------------------------------------------------------------------
     def _gen_replica(self, classes, stages, split, n_seq, others, offload, names) -> _Rep:
@@ -915,7 +965,7 @@ class CostModel:
             "memory": k * m_extra,
             "tp_comm": k * tpc,
             "pp_p2p": k * p2p,
-            "overhead": steps * C.DECODE_STEP_OVERHEAD_S,
+            "overhead": steps * C.DECODE_STEP_OVERHEAD_S * self._class_slowdown(classes),
         }
         # prefill: prompt tokens in chunks of MAX_NUM_BATCHED_TOKENS; the slowest stage sets the pace
         slow_tok, bubble_tok, split_slow, slow_tp, slow_link, hop01 = prefill
@@ -1202,27 +1252,30 @@ class CostModel:
         return intra_s + inter_s, label
 
     # ---- weight sync and transfers --------------------------------------------------------------------------
-    def _weight_sync(self, train: tuple[str, ...], gen: tuple[str, ...]) -> tuple[float, str]:
-        key = (train, gen)
+    def _weight_sync(self, train: tuple[str, ...], gen: tuple[str, ...], role: str = "actor") -> tuple[float, str]:
+        key = (train, gen, role)
         hit = self._ws_cache.get(key)
         if hit is not None:
             return hit
-        result = self._weight_sync_uncached(train, gen)
+        result = self._weight_sync_uncached(train, gen, role)
         self._ws_cache[key] = result
         return result
 
-    def _weight_sync_uncached(self, train: tuple[str, ...], gen: tuple[str, ...]) -> tuple[float, str]:
-        """Actor weights (workload precision) to every generation device, once per step.
+    def _weight_sync_uncached(self, train: tuple[str, ...], gen: tuple[str, ...], role: str) -> tuple[float, str]:
+        """The role's trained weights (workload precision) to every device of its inference task, once per step.
 
         Colocated devices: a local reshard (LOCAL_RESHARD_PASSES over HBM; an all-gather first under ZeRO-3).
         Other devices: a pipelined broadcast tree over regions (_broadcast_tree_s).
-        Plus WEIGHT_SYNC_PER_TENSOR_S per tensor."""
-        arch = self.arch.get("actor_train") or self.arch.get("generation")
+        Plus WEIGHT_SYNC_PER_TENSOR_S per tensor and the calibrated overhead, both host work at the slowest
+        involved host's speed."""
+        train_task, infer_task = SYNCED[role]
+        head = HEAD[train_task]
+        arch = self.arch.get(train_task) or self.arch.get(infer_task)
         known_t = [d for d in train if d in self.device_class]
         known_g = [d for d in gen if d in self.device_class]
         if arch is None or not known_t or not known_g:
             return 0.0, ""
-        nbytes = arch.param_count("lm") * weight_bytes_per_param(self.workload)
+        nbytes = arch.param_count(head) * weight_bytes_per_param(self.workload)
         tset = set(known_t)
         local = [d for d in known_g if d in tset]
         remote = [d for d in known_g if d not in tset]
@@ -1238,9 +1291,8 @@ class CostModel:
         remote_s = 0.0
         if remote:
             remote_s, label = self._broadcast_tree_s(known_t, remote, nbytes)
-        total = max(local_s, remote_s) + arch.tensor_count("lm") * C.WEIGHT_SYNC_PER_TENSOR_S
-        total += self.task_overhead_s.get("weight_sync", 0.0)
-        return total, label
+        host_s = arch.tensor_count(head) * C.WEIGHT_SYNC_PER_TENSOR_S + self.task_overhead_s.get("weight_sync", 0.0)
+        return max(local_s, remote_s) + host_s * self.overhead_scale((*known_t, *known_g)), label
 
     def _broadcast_tree_s(self, train: Sequence[str], gen: Sequence[str], nbytes: float) -> tuple[float, str]:
         """Pipelined broadcast tree from the training hosts to the generation devices, region by region.
@@ -1429,7 +1481,7 @@ class CostModel:
         kind, name, g, s = max(path, key=lambda x: x[3])
         pct = 100 * s / iteration
         if kind == "weight_sync":
-            return f"weight sync (training → generation) over the {ws_label} takes {pct:.0f} % of the iteration"
+            return f"weight sync ({ws_label} takes {pct:.0f} % of the iteration"
         if kind == "transfer":
             return f"moving data between groups at {name} takes {pct:.0f} % of the iteration"
         group = next(x for x in groups if x.name == g)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hetrl_cli.artifacts.workload import TaskName
+from hetrl_cli.costmodel.model import SYNCED
 from hetrl_cli.costmodel.types import PHASES
 from hetrl_cli.planner.space import (
     GRANULARITIES,
@@ -43,8 +44,9 @@ class IlpSpace:
     subsets: list[Subset]
     options: dict[tuple[int, int], GroupOption]
     """(subset index, pool index) → the group option on the pool's canonical devices (feasible only)."""
-    pair_costs: dict[tuple[bool, float], dict[tuple[int, int], float]] = field(default_factory=dict)
-    """(weight sync?, bytes) → {(src pool, dst pool): seconds} for capacity-compatible pool pairs."""
+    pair_costs: dict[tuple[str, float], dict[tuple[int, int], float]] = field(default_factory=dict)
+    """(kind, bytes) → {(src pool, dst pool): seconds} for capacity-compatible pool pairs; kind is a weight
+    sync's role ('actor', 'critic'; bytes 0) or 'transfer'."""
     same_sync: dict[tuple[int, int], float] = field(default_factory=dict)
     """(subset, pool) → weight sync seconds when actor_train and generation share the subset."""
     produced: dict[int, float] = field(default_factory=dict)
@@ -95,8 +97,9 @@ def _compatible(classes, a: Pool, b: Pool) -> bool:
 
 
 def _fill_pairs(tables: Tables, space: IlpSpace) -> None:
-    """Pair tables by (kind, bytes): weight sync train → generation, rollouts generation → others, and
-    experience producer → trainer; each over the capacity-compatible pairs of feasible pools."""
+    """Pair tables by (kind, bytes): weight syncs actor_train → generation and critic_train → critic_inference,
+    rollouts generation → others, and experience producer → trainer; each over the capacity-compatible pairs
+    of feasible pools."""
     index = {s: i for i, s in enumerate(space.subsets)}
     roles = _roles(space)
     rollout = experience = None
@@ -110,15 +113,20 @@ def _fill_pairs(tables: Tables, space: IlpSpace) -> None:
                 space.produced[index[grouping[spec.src]]] = spec.nbytes
                 experience = experience or set()
                 experience.add(spec.nbytes)
-    wanted: list[tuple[bool, float, set[int], set[int]]] = [(True, 0.0, roles["train_apart"], roles["gen_apart"])]
+    wanted: list[tuple[str, float, set[int], set[int]]] = [
+        (role, 0.0, roles[f"{role}_train_apart"], roles[f"{role}_infer_apart"]) for role in SYNCED
+    ]
     if rollout is not None:
-        wanted.append((False, rollout, roles["gen"], roles["not_gen"]))
+        wanted.append(("transfer", rollout, roles["gen"], roles["not_gen"]))
     for nbytes in sorted(experience or ()):
         producers = {p for (s, p) in space.options if space.produced.get(s) == nbytes}
-        wanted.append((False, nbytes, producers, roles["trainer"]))
-    for weight_sync, nbytes, src_pools, dst_pools in wanted:
-        spec = PairSpec("pair", 0, 0, nbytes, weight_sync)
-        table = space.pair_costs.setdefault((weight_sync, nbytes), {})
+        wanted.append(("transfer", nbytes, producers, roles["trainer"]))
+    for kind, nbytes, src_pools, dst_pools in wanted:
+        if not src_pools or not dst_pools:
+            continue
+        sync = kind != "transfer"
+        spec = PairSpec("pair", 0, 0, nbytes, sync, role=kind if sync else "actor")
+        table = space.pair_costs.setdefault((kind, nbytes), {})
         for p1 in sorted(src_pools):
             for p2 in sorted(dst_pools):
                 a, b = space.pools[p1], space.pools[p2]
@@ -130,14 +138,18 @@ def _fill_pairs(tables: Tables, space: IlpSpace) -> None:
 
 def _roles(space: IlpSpace) -> dict[str, set[int]]:
     """Pools that some subset of each role can take (for the pair tables)."""
-    roles: dict[str, set[int]] = {k: set() for k in ("train_apart", "gen_apart", "gen", "not_gen", "trainer")}
+    roles: dict[str, set[int]] = {k: set() for k in ("gen", "not_gen", "trainer")}
+    for role in SYNCED:
+        roles[f"{role}_train_apart"], roles[f"{role}_infer_apart"] = set(), set()
     for s, p in space.options:
         subset = space.subsets[s]
-        gen, train = "generation" in subset, "actor_train" in subset
-        if train and not gen:
-            roles["train_apart"].add(p)
-        if gen and not train:
-            roles["gen_apart"].add(p)
+        for role, (train_task, infer_task) in SYNCED.items():
+            train, infer = train_task in subset, infer_task in subset
+            if train and not infer:
+                roles[f"{role}_train_apart"].add(p)
+            if infer and not train:
+                roles[f"{role}_infer_apart"].add(p)
+        gen = "generation" in subset
         roles["gen" if gen else "not_gen"].add(p)
         if any(PHASE_OF[t] == 2 for t in subset):
             roles["trainer"].add(p)
@@ -281,13 +293,30 @@ class IlpModel:
         return {p: _sum(cols) for p, cols in out.items()}
 
     def f_weight_sync(self) -> None:
-        """(f) ω ≥ weight sync. Apart: a transportation linearisation W[P1,P2] ≥ 0 with row sums = u_train[P1]
-        and column sums = u_gen[P2] (exact on binaries, tight in the LP) and ω ≥ Σ c·W; shared group:
-        ω ≥ Σ_P ws(P)·x[S,P]."""
+        """(f) ω ≥ ω_actor + ω_critic, each ≥ its weight sync. Apart: a transportation linearisation W[P1,P2] ≥ 0
+        with row sums = u_train[P1] and column sums = u_infer[P2] (exact on binaries, tight in the LP) and
+        ω_role ≥ Σ c·W; actor_train and generation in one group: ω_actor ≥ Σ_P ws(P)·x[S,P]; the critic's
+        inference in its trainer's group runs on the trained weights (no sync)."""
         sp, lp = self.space, self.lp
-        u_train = self._indicator(lambda s: "actor_train" in s and "generation" not in s)
-        u_gen = self._indicator(lambda s: "generation" in s and "actor_train" not in s)
-        table = sp.pair_costs.get((True, 0.0), {})
+        parts = {}
+        for role, (train_task, infer_task) in SYNCED.items():
+            if train_task in self.tables.tasks and infer_task in self.tables.tasks:
+                parts[role] = self._sync_rows(role, train_task, infer_task)
+        lp.row(_expr((1.0, self.omega), *((-1.0, v) for v in parts.values())), lower=0.0)
+        actor = parts.get("actor", self.omega)  # the colocated sync adds to the critic's like the apart one
+        by_subset: dict[int, list[tuple[float, int]]] = {}
+        for (s, p), seconds in sp.same_sync.items():
+            by_subset.setdefault(s, []).append((seconds, self.x[s, p]))
+        for terms in by_subset.values():
+            lp.row(_expr((1.0, actor), *((-c, col) for c, col in terms)), lower=0.0)
+
+    def _sync_rows(self, role: str, train_task: str, infer_task: str) -> int:
+        """ω_role and its transportation rows for the groups where `train_task` and `infer_task` are apart."""
+        sp, lp = self.space, self.lp
+        omega = lp.var()
+        u_train = self._indicator(lambda s: train_task in s and infer_task not in s)
+        u_gen = self._indicator(lambda s: infer_task in s and train_task not in s)
+        table = sp.pair_costs.get((role, 0.0), {})
         W = {pq: lp.var(0.0, 1.0) for pq in table if pq[0] in u_train and pq[1] in u_gen}
         rows: dict[int, list[int]] = {}
         cols: dict[int, list[int]] = {}
@@ -299,12 +328,8 @@ class IlpModel:
         for p2, expr in u_gen.items():
             lp.row(_expr((1.0, _sum(cols.get(p2, []))), (-1.0, expr)), 0.0, 0.0)
         if W:
-            lp.row(_expr((1.0, self.omega), *((-table[pq], col) for pq, col in W.items())), lower=0.0)
-        by_subset: dict[int, list[tuple[float, int]]] = {}
-        for (s, p), seconds in sp.same_sync.items():
-            by_subset.setdefault(s, []).append((seconds, self.x[s, p]))
-        for terms in by_subset.values():
-            lp.row(_expr((1.0, self.omega), *((-c, col) for c, col in terms)), lower=0.0)
+            lp.row(_expr((1.0, omega), *((-table[pq], col) for pq, col in W.items())), lower=0.0)
+        return omega
 
     def g_transfers(self) -> None:
         """(g) Boundary 0: τ0 ≥ Σ_P2 c(P1,P2)·v[P2] − M·(1 − u_gen[P1]) per generation pool P1, v = pools of the
@@ -314,7 +339,7 @@ class IlpModel:
         little bound. Each row is written as τ − rhs − M·gate ≥ −M."""
         sp, lp = self.space, self.lp
         n_groups = len(self.tables.tasks)
-        rollout = next((k for k in sp.pair_costs if not k[0] and k[1] not in sp.produced.values()), None)
+        rollout = next((k for k in sp.pair_costs if k[0] == "transfer" and k[1] not in sp.produced.values()), None)
         if rollout is not None:
             table = sp.pair_costs[rollout]
             u_gen = self._indicator(lambda s: "generation" in s)
@@ -328,7 +353,7 @@ class IlpModel:
         self.tau1 = {s: lp.var() for s in sorted(sp.produced)}
         trainers = self._indicator(lambda s: any(PHASE_OF[t] == 2 for t in s))
         for s, tau in self.tau1.items():
-            table = sp.pair_costs.get((False, sp.produced[s]), {})
+            table = sp.pair_costs.get(("transfer", sp.produced[s]), {})
             trains = any(PHASE_OF[t] == 2 for t in sp.subsets[s])
             for p1 in self.by_subset.get(s, []):
                 entries = [(p2, table[(p1, p2)]) for p2 in trainers if (p1, p2) in table and table[(p1, p2)] > 0]
@@ -528,7 +553,7 @@ def subspace(space: IlpSpace, grouping: tuple[Subset, ...]) -> IlpSpace:
 
 def lower_bound(tables: Tables, space: IlpSpace, grouping: tuple[Subset, ...]) -> float:
     """A cheap bound for one grouping: each group on its fastest pool per phase, capacity ignored, the
-    cheapest weight sync of the table; inf when some group has no feasible pool."""
+    cheapest weight syncs of the tables; inf when some group has no feasible pool."""
     index = {s: i for i, s in enumerate(space.subsets)}
     per_group = []
     for subset in grouping:
@@ -550,7 +575,9 @@ def lower_bound(tables: Tables, space: IlpSpace, grouping: tuple[Subset, ...]) -
         s = index[next(g for g in grouping if "generation" in g)]
         ws = min((v for (ss, _), v in space.same_sync.items() if ss == s), default=0.0)
     else:
-        ws = min(space.pair_costs.get((True, 0.0), {}).values(), default=0.0)
+        ws = min(space.pair_costs.get(("actor", 0.0), {}).values(), default=0.0)
+    if not any("critic_train" in g and "critic_inference" in g for g in grouping):
+        ws += min(space.pair_costs.get(("critic", 0.0), {}).values(), default=0.0)
     if tables.workload.mode == "async" and ("generation",) in grouping:
         return max(spans[0] + ws, spans[1] + spans[2])
     return sum(spans) + ws

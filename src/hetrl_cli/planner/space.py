@@ -76,6 +76,7 @@ def _spec(device: Device) -> tuple:
         tuple(sorted(device.peak_tflops.items())),
         tuple(sorted(device.measured_tflops.items())),
         device.memory_gbps,
+        device.cores,
     )
 
 

@@ -60,7 +60,8 @@ class Counters:
 
 @dataclass(frozen=True)
 class PairSpec:
-    """A cost between two different groups: weight sync (train → generation) or a data transfer."""
+    """A cost between two different groups: a weight sync (actor_train → generation, critic_train →
+    critic_inference) or a data transfer."""
 
     name: str
     src: int
@@ -69,6 +70,8 @@ class PairSpec:
     nbytes: float = 0.0
     """Bytes moved (transfers); 0 for weight sync (the cost model knows the weight bytes)."""
     weight_sync: bool = False
+    role: str = "actor"
+    """Whose weights a weight sync moves (costmodel.model.SYNCED)."""
     boundary: int = -1
     """Phase boundary a transfer crosses (0: after generation, 1: after inference); -1 for weight sync."""
 
@@ -259,11 +262,11 @@ class Tables:
         return self._specs[key]
 
     def pair_cost(self, spec: PairSpec, src: tuple[str, ...], dst: tuple[str, ...]) -> float:
-        key = (spec.weight_sync, spec.nbytes, src, dst)
+        key = (spec.weight_sync, spec.role, spec.nbytes, src, dst)
         if key not in self._pair:
             self.counters.pair_calls += 1
             if spec.weight_sync:
-                self._pair[key] = self.cm.weight_sync_s(src, dst)
+                self._pair[key] = self.cm.weight_sync_s(src, dst, spec.role)
             else:
                 self._pair[key] = self.cm.transfer_s(src, dst, spec.nbytes)
         return self._pair[key]
@@ -284,7 +287,8 @@ class Tables:
     def terms(
         self, grouping: Sequence[tuple[TaskName, ...]], options: Sequence[GroupOption]
     ) -> tuple[float, list[float]]:
-        """(weight sync seconds, per-boundary transfer seconds) of a plan."""
+        """(weight sync seconds, per-boundary transfer seconds) of a plan; the syncs add up (the runtime runs
+        the actor's, then the critic's)."""
         train = next(i for i, g in enumerate(grouping) if "actor_train" in g)
         gen = next(i for i, g in enumerate(grouping) if "generation" in g)
         weight_sync = self.same_group_weight_sync(options[gen].devices) if train == gen else 0.0
@@ -292,7 +296,7 @@ class Tables:
         for spec in self.pair_specs(grouping):
             seconds = self.pair_cost(spec, options[spec.src].devices, options[spec.dst].devices)
             if spec.weight_sync:
-                weight_sync = seconds
+                weight_sync += seconds
             else:  # hand-overs funnel through the single controller: they add up
                 boundary[spec.boundary] += seconds
         return weight_sync, boundary
@@ -314,14 +318,19 @@ def group_name(tasks: Sequence[TaskName]) -> str:
 
 
 def pair_specs(cost_model, workload: Workload, grouping: Sequence[tuple[TaskName, ...]]) -> list[PairSpec]:
-    """What the cost model charges between different groups: the weight sync (when actor_train and generation
-    are apart) and every data hand-over of `CostModel.transfers` (boundary 0 after generation, boundary 1,
-    named `...:experience`, after inference)."""
+    """What the cost model charges between different groups: the weight syncs (the actor's when actor_train and
+    generation are apart, the critic's when critic_train and critic_inference are) and every data hand-over
+    of `CostModel.transfers` (boundary 0 after generation, boundary 1, named `...:experience`, after
+    inference)."""
     group_of = {t: i for i, g in enumerate(grouping) for t in g}
     specs: list[PairSpec] = []
     train, gen = group_of["actor_train"], group_of["generation"]
     if train != gen:
         specs.append(PairSpec("weight_sync", train, gen, weight_sync=True))
+    if "critic_train" in group_of and "critic_inference" in group_of:
+        critic, values = group_of["critic_train"], group_of["critic_inference"]
+        if critic != values:
+            specs.append(PairSpec("weight_sync:critic", critic, values, weight_sync=True, role="critic"))
     index = {group_name(g): i for i, g in enumerate(grouping)}
     groups = [GroupPlacement(group_name(g), g, ()) for g in grouping]
     for name, src, dst, nbytes in cost_model.transfers(groups):
