@@ -47,13 +47,13 @@ def write_config(host_dir: Path, address: str, authorized_keys: Path) -> Path:
     ]
     config = host_dir / "sshd_config"
     config.write_text("\n".join(lines) + "\n")
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation: `sshd -t` checks it too
     run_tool([SSHD, "-t", "-f", str(config)], f"checking {config}")
     return config
 
 
 def start(host: str, netns: str, cgroups: list[Path], config: Path, log: Path) -> subprocess.Popen[bytes]:
     """Start sshd as the host (hostinit: netns, hostname, cgroups, then exec); it outlives this process."""
-    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation directory
     argv = [sys.executable, "-m", "hetrl_cli.emulate.hostinit", "--netns", f"/run/netns/{netns}", "--hostname", host]
     for group in cgroups:
         argv += ["--cgroup", str(group)]
