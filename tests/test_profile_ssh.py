@@ -260,6 +260,22 @@ def test_usable_cores_honour_a_cgroup_v1_quota(tmp_path: Path) -> None:
 
 
 @slow
+def test_sustained_timing_sees_the_pauses_a_cpu_quota_makes() -> None:
+    """Under a quota short steps run at full speed between throttled pauses: the median misses the pauses,
+    the sustained rate (wall time per step) includes them."""
+    from hetrl_cli.profiling.probe import _timed_loop
+
+    calls = []
+
+    def step() -> None:  # every fourth step waits 40 ms, like a step that hits the end of the period's quota
+        calls.append(1)
+        time.sleep(0.04 if len(calls) % 4 == 0 else 0.001)
+
+    assert _timed_loop(step, 0.3) < 0.005
+    calls.clear()
+    assert _timed_loop(step, 0.3, sustained=True) > 0.008
+
+
 def test_probe_prints_one_json_object_and_rejects_gpus_on_a_cpu_host() -> None:
     env = {**os.environ, "HETRL_PROBE_QUICK": "1"}
     ok = subprocess.run(

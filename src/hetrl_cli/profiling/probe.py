@@ -168,58 +168,80 @@ def software_inventory(torch: Any | None) -> dict[str, str | None]:
 # ---- CPU benchmarks -------------------------------------------------------------------------------------
 
 
-def _timed_loop(step: Any, seconds: float, sync: Any = None) -> float:
-    """Median seconds of one `step()` over a bounded run, after a warm-up call."""
+QUOTA_WINDOW_S = 0.5
+"""Under a CPU quota a probe runs at least this long (5 periods of the default 100 ms cgroup period)."""
+
+
+def _timed_loop(step: Any, seconds: float, sync: Any = None, sustained: bool = False) -> float:
+    """Seconds of one `step()` over a bounded run, after a warm-up call: the median of the steps, or with
+    `sustained` the whole run's wall time per step. Under a cgroup CPU quota a short step runs at full speed
+    until the period's quota is used and then waits, so only the sustained rate shows the quota."""
     step()
     if sync:
         sync()
     samples: list[float] = []
-    deadline = time.perf_counter() + seconds
+    began = time.perf_counter()
+    deadline = began + seconds
     while time.perf_counter() < deadline or len(samples) < 3:
         start = time.perf_counter()
         step()
         if sync:
             sync()
         samples.append(time.perf_counter() - start)
-        if len(samples) >= 1000:
+        if len(samples) >= 1000 and not sustained:
             break
+    if sustained:
+        return (time.perf_counter() - began) / len(samples)
     return statistics.median(samples)
 
 
-def cpu_matmul_gflops(torch: Any | None, n: int, seconds: float) -> float:
-    """fp32 n×n matmul: 2n³ FLOP per product."""
+def cpu_quota_binds() -> bool:
+    """Whether a cgroup CPU quota gives this process less than the cores its affinity mask allows."""
+    quota = cgroup_cpu_limit()
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = os.cpu_count() or 1
+    return quota is not None and quota < affinity
+
+
+def cpu_matmul_gflops(torch: Any | None, n: int, seconds: float, sustained: bool = False) -> float:
+    """fp32 n×n matmul: 2n³ FLOP per product (`sustained`: see _timed_loop)."""
     if torch is not None:
         a, b = torch.randn(n, n), torch.randn(n, n)
-        elapsed = _timed_loop(lambda: torch.mm(a, b), seconds)
+        elapsed = _timed_loop(lambda: torch.mm(a, b), seconds, sustained=sustained)
     else:
         import numpy as np
 
         a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
-        elapsed = _timed_loop(lambda: a @ b, seconds)
+        elapsed = _timed_loop(lambda: a @ b, seconds, sustained=sustained)
     return 2 * n**3 / elapsed / 1e9
 
 
-def cpu_memory_gbps(n_bytes: int, seconds: float) -> float:
+def cpu_memory_gbps(n_bytes: int, seconds: float, sustained: bool = False) -> float:
     """Large array copy (well beyond caches); a copy reads and writes each byte, so 2 × bytes moved."""
     import numpy as np
 
     src = np.ones(n_bytes // 8, dtype=np.float64)
     dst = np.empty_like(src)
-    elapsed = _timed_loop(lambda: np.copyto(dst, src), seconds)
+    elapsed = _timed_loop(lambda: np.copyto(dst, src), seconds, sustained=sustained)
     return 2 * src.nbytes / elapsed / 1e9
 
 
 def cpu_device(torch: Any | None, budget: Budget, cores: float) -> dict[str, Any]:
+    """One CPU device; under a binding cgroup quota its rates are sustained ones over >= QUOTA_WINDOW_S."""
     if torch is not None:
         torch.set_num_threads(max(1, math.ceil(cores)))
-    gflops = cpu_matmul_gflops(torch, budget.matmul_n_cpu, budget.seconds)
+    sustained = cpu_quota_binds()
+    seconds = max(budget.seconds, QUOTA_WINDOW_S) if sustained else budget.seconds
+    gflops = cpu_matmul_gflops(torch, budget.matmul_n_cpu, seconds, sustained)
     return {
         "index": 0,
         "kind": "cpu",
         "name": cpu_model_name(),
         "memory_bytes": total_memory_bytes(),
         "measured_tflops": {"fp32": round(gflops / 1e3, 6)},
-        "memory_gbps": round(cpu_memory_gbps(budget.copy_bytes_cpu, budget.seconds), 3),
+        "memory_gbps": round(cpu_memory_gbps(budget.copy_bytes_cpu, seconds, sustained), 3),
         "cores": cores,
     }
 
