@@ -89,3 +89,27 @@ def test_constructive_split_and_rebalance(tiny_profile):
         child = search.rebalance(grouping, cand, random.Random(1))
         if child is not None:
             assert set(range(len(grouping))) <= set(child) and child != list(cand.genome)
+
+
+def test_budget_stops_one_step_before_the_deadline():
+    """A started evaluation is finished, so the seconds stop when the longest recent step would cross the
+    deadline; the reserve is capped at STEP_RESERVE_SHARE of the budget."""
+    import time
+
+    from hetrl_cli.planner.hybrid import STEP_RESERVE_SHARE, Budget
+
+    budget = Budget(10.0, None)
+    budget.searching = False
+    budget.count()
+    time.sleep(0.3)
+    budget.count()  # one step of at least 0.3 s
+    budget.deadline = time.monotonic() + 0.25  # less than a step left
+    assert budget.spent()
+    budget.deadline = time.monotonic() + 5.0  # plenty left
+    assert not budget.spent()
+    slow = Budget(1.0, None)
+    slow.searching = False
+    time.sleep(0.2)
+    slow.count()  # an outlier step of 0.2 s: the reserve stays at 5 % of 1 s
+    slow.deadline = time.monotonic() + 2 * STEP_RESERVE_SHARE * slow.budget_s
+    assert not slow.spent()

@@ -24,6 +24,10 @@ SECONDS_PER_TASK_CALL = 5e-4
 """Rough cost of one cost-model task() call on this class of machine, for the `auto` estimate."""
 CALLS_PER_OPTION = 15
 """Rough task() calls per (group, pool) option (layouts tried + exact re-scoring)."""
+FINISH_SHARE = 0.01
+"""Share of the budget kept for re-scoring the answer and building the Plan after the solver stops."""
+FALLBACK_MIN_S = 1.0
+"""The hybrid fallback of an ILP that gave no plan gets at least this long, even past the budget."""
 
 
 @dataclass
@@ -48,7 +52,10 @@ def make_plan(
 ) -> Plan:
     """Plan `workload` on `profile` with `solver` ('auto', 'ilp', 'hybrid', 'verl', 'streamrl').
 
-    `calibration` is `Calibration.factors()` (hetrl calibrate): the cost model every solver scores with."""
+    The budget is the whole call's: building the cost model and tables, the baselines, the solver and the
+    final re-scoring (the solver gets what is left). `calibration` is `Calibration.factors()` (hetrl
+    calibrate): the cost model every solver scores with."""
+    start = time.monotonic()
     from hetrl_cli.costmodel.model import CostModel
     from hetrl_cli.planner.tables import Tables
 
@@ -61,7 +68,8 @@ def make_plan(
     check_feasible(tables)
     plan_name = name or f"{profile.name}-{solver}"
     with progress_reporter() as report:
-        outcome = _solve(tables, solver, budget_s, max_evals, seed, report)
+        outcome = _solve(tables, solver, start + budget_s * (1 - FINISH_SHARE), max_evals, seed, report)
+        outcome.stats.seconds = time.monotonic() - start
     estimate = cost_model.evaluate(outcome.groups, outcome.placements)
     if not estimate.feasible:  # never emit a plan that does not fit
         raise Infeasible(f"the {solver} plan does not fit after re-scoring: {estimate.violations[0]}")
@@ -69,7 +77,8 @@ def make_plan(
     return cost_model.to_plan(estimate, outcome.groups, outcome.stats, plan_name)
 
 
-def _solve(tables, solver: str, budget_s: float, max_evals: int | None, seed: int, report) -> Outcome:
+def _solve(tables, solver: str, deadline: float, max_evals: int | None, seed: int, report) -> Outcome:
+    """Run `solver` until `deadline` (time.monotonic()), seeded with and never worse than the baselines."""
     from hetrl_cli.planner import baselines
 
     start = time.monotonic()
@@ -88,17 +97,15 @@ def _solve(tables, solver: str, budget_s: float, max_evals: int | None, seed: in
         return Outcome(base.groups, base.placements, stats)
     report("baselines")
     bases = [b for b in (baselines.verl(tables), baselines.streamrl(tables)) if b is not None]
-    remaining = max(0.1, budget_s - (time.monotonic() - start))
     note = ""
     if solver == "auto":
-        solver, note = choose_solver(tables, remaining)
+        solver, note = choose_solver(tables, max(0.1, deadline - time.monotonic()))
     if solver == "ilp":
-        outcome = run_ilp(tables, remaining, max_evals, seed, bases, report)
+        outcome = run_ilp(tables, deadline, max_evals, seed, bases, report)
     else:
-        outcome = run_hybrid(tables, remaining, max_evals, seed, bases, report)
+        outcome = run_hybrid(tables, max(0.1, deadline - time.monotonic()), max_evals, seed, bases, report)
     if note:
         outcome.stats.note = f"auto: {note}; {outcome.stats.note}"
-    outcome.stats.seconds = time.monotonic() - start
     return _not_worse_than(outcome, bases)
 
 
@@ -119,13 +126,16 @@ def choose_solver(tables, budget_s: float) -> tuple[str, str]:
     return "hybrid", f"hybrid, the ILP tables would take ~{estimate_s:.0f} s of the {budget_s:.0f} s budget"
 
 
-def run_ilp(tables, budget_s: float, max_evals, seed: int, bases, report) -> Outcome:
+def run_ilp(tables, deadline: float, max_evals, seed: int, bases, report) -> Outcome:
+    """The ILP until `deadline`; when it gives no plan (space too large, no incumbent in time), the hybrid
+    search for what is left (at least FALLBACK_MIN_S)."""
     from hetrl_cli.planner.ilp import realise, solve_ilp
 
-    result, _space, note = solve_ilp(tables, budget_s, progress=report)
+    result, _space, note = solve_ilp(tables, max(0.1, deadline - time.monotonic()), progress=report)
     if result.options is None:
         why = {"toolarge": note, "nosolution": "no incumbent within the time limit"}.get(result.status, result.status)
-        fallback = run_hybrid(tables, max(1.0, budget_s * 0.5), max_evals, seed, bases, report)
+        left = max(FALLBACK_MIN_S, deadline - time.monotonic())
+        fallback = run_hybrid(tables, left, max_evals, seed, bases, report)
         fallback.stats.note = f"ILP gave no plan ({why}): fell back to the hybrid result; {fallback.stats.note}"
         return fallback
     options = realise(tables, result.grouping, result.pools, result.options)

@@ -37,6 +37,7 @@ import itertools
 import math
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -61,6 +62,10 @@ REBALANCE = 0.5
 """Share of mutations that rebalance by measured group time (the rest are random L2/L3 moves)."""
 FINAL_SHARE = 0.1
 """Share of the budget kept for polishing the best unpolished candidates at the end."""
+STEP_MEMORY = 8
+"""Budget: how many recent steps set the reserve before the deadline (early steps on cold tables are slower)."""
+STEP_RESERVE_SHARE = 0.05
+"""Budget: the reserve is at most this share of the budget (one slow outlier step cannot stop the search)."""
 SCREEN_SHARE = 0.5
 """At most this share of the budget screens class plans (bounds from each task alone, then exact best-first)."""
 CLIMB_SHARE = 0.8
@@ -121,7 +126,9 @@ class HybridResult:
 
 class Budget:
     """Evaluations and/or wall-clock seconds; `spent()` says when to stop. While `searching`, the last
-    FINAL_SHARE of the budget is held back (for polishing the best candidates)."""
+    FINAL_SHARE of the budget is held back (for polishing the best candidates). A step that starts is
+    finished, so the seconds stop one step early: `spent()` is true once the longest of the recent steps
+    (the gaps between `count()` calls) would cross the deadline."""
 
     def __init__(self, budget_s: float | None, max_evals: int | None) -> None:
         now = time.monotonic()
@@ -132,6 +139,15 @@ class Budget:
         self.search_evals = None if max_evals is None else max_evals - int(max_evals * FINAL_SHARE)
         self.evals = 0
         self.searching = True
+        self._last = now
+        self._steps: deque[float] = deque(maxlen=STEP_MEMORY)
+
+    def count(self) -> None:
+        """One evaluation starts: count it and remember how long the step since the last one took."""
+        now = time.monotonic()
+        self._steps.append(now - self._last)
+        self._last = now
+        self.evals += 1
 
     def spent(self) -> bool:
         evals, deadline = (self.max_evals, self.deadline)
@@ -139,7 +155,10 @@ class Budget:
             evals, deadline = self.search_evals, self.search_deadline
         if evals is not None and self.evals >= evals:
             return True
-        return deadline is not None and time.monotonic() >= deadline
+        if deadline is None:
+            return False
+        step = min(max(self._steps, default=0.0), STEP_RESERVE_SHARE * self.budget_s)
+        return time.monotonic() + step >= deadline
 
     def within(self, share: float) -> bool:
         """Whether less than `share` of the budget (evaluations and seconds) is spent."""
@@ -198,7 +217,7 @@ class Hybrid:
         from hetrl_cli.planner.ilp import relabel
 
         tables = tables or self.tables
-        budget.evals += 1
+        budget.count()
         options = []
         for g, subset in enumerate(grouping):
             actual, canonical = self.devices_of(genome, g)
@@ -370,7 +389,7 @@ class Hybrid:
         for mask in sorted(range(1, 2**k), key=lambda m: (-bin(m).count("1"), m)):
             if budget.spent():
                 return {}
-            budget.evals += 1
+            budget.count()
             _, union[mask] = self.devices_of([0 if mask >> b.cls & 1 else IDLE for b in self.blocks], 0)
             for task in tasks:
                 fits = self.tables.alone(task, union[mask])
