@@ -37,11 +37,11 @@ def _update(actor: Actor, rollouts: list[Rollout], adv: torch.Tensor, lo: int, h
     actor.train_step(rollouts[lo:hi], (adv * mask)[lo:hi], old[lo:hi], ref[lo:hi], float(mask.sum()), dp)
 
 
-def _init(rank: int, port: int) -> None:
+def _init(rank: int, port: int, world: int = 2) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))  # fmt: skip
 
 
@@ -113,3 +113,24 @@ def test_broadcast_weight_sync_matches_the_trainer(tiny_dir: Path, tmp_path: Pat
     assert receiver["checksum"] == trainer["checksum"] == trainer["trainer_checksum"]
     assert receiver["greedy"] == trainer["greedy"]
     assert trainer["greedy"][0] == trainer["trainer_greedy"][: len(trainer["greedy"][0])]
+
+
+def _relay_worker(rank: int, port: int, out: str) -> None:
+    """Three ranks, the chain 2 -> 0 -> 1, a buffer of 37 chunks (the last one short)."""
+    import torch.distributed as dist
+
+    from hetrl_cli.runtime.comm import relay
+
+    _init(rank, port, world=3)
+    flat = torch.arange(1000, dtype=torch.float32) * 0.5 if rank == 2 else torch.zeros(1000)
+    relay(flat, [2, 0, 1], dist.group.WORLD, chunk_bytes=27 * 4)
+    torch.save(flat, Path(out) / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_relay_chain_delivers_every_chunk_to_every_member(tmp_path: Path) -> None:
+    mp.spawn(_relay_worker, args=(free_port(), str(tmp_path)), nprocs=3, join=True)
+    expected = torch.arange(1000, dtype=torch.float32) * 0.5
+    for rank in range(3):
+        torch.testing.assert_close(torch.load(tmp_path / f"rank{rank}.pt"), expected, rtol=0, atol=0)

@@ -50,6 +50,23 @@ def test_layout_of_a_disaggregated_plan() -> None:
     assert layout.sync_ranks("actor_train", "generation") == [0, 1]
 
 
+def test_weight_sync_chain_crosses_each_host_boundary_once() -> None:
+    """Generation on two east hosts (three devices), training on a west host: the chain starts at the leader,
+    enters east once and visits each host's ranks together, whatever their rank numbers."""
+    hosts = {"e1/0": 1 / 3, "e2/0": 1 / 3, "e1/1": 1 / 3}
+    placement = {"generation": list(hosts.items())} | on("w/0", [t for t in GRPO_TASKS if t != "generation"])
+    layout = Layout.from_plan(hand_plan(tiny_workload(), placement))
+    assert layout.devices == ("e1/0", "e1/1", "e2/0", "w/0")
+    assert layout.sync_chain("actor_train", "generation") == [3, 0, 1, 2]
+    # the leader's own host first: its co-located generation ranks before the other hosts
+    back = {"generation": [("w/0", 0.5), ("e1/0", 0.5)]} | on("e1/1", [t for t in GRPO_TASKS if t != "generation"])
+    layout = Layout.from_plan(hand_plan(tiny_workload(), back))
+    leader = layout.tasks["actor_train"].leader
+    assert layout.devices[leader] == "e1/1"
+    chain = layout.sync_chain("actor_train", "generation")
+    assert [layout.devices[r] for r in chain] == ["e1/1", "e1/0", "w/0"]
+
+
 def _with(plan, task: str, **changes):
     data = plan.model_dump()
     for g in data["groups"]:

@@ -103,7 +103,7 @@ def _solve(tables, solver: str, deadline: float, max_evals: int | None, seed: in
     if solver == "ilp":
         outcome = run_ilp(tables, deadline, max_evals, seed, bases, report)
     else:
-        outcome = run_hybrid(tables, max(0.1, deadline - time.monotonic()), max_evals, seed, bases, report)
+        outcome = run_hybrid(tables, deadline, max_evals, seed, bases, report)
     if note:
         outcome.stats.note = f"auto: {note}; {outcome.stats.note}"
     return _not_worse_than(outcome, bases)
@@ -134,7 +134,7 @@ def run_ilp(tables, deadline: float, max_evals, seed: int, bases, report) -> Out
     result, _space, note = solve_ilp(tables, max(0.1, deadline - time.monotonic()), progress=report)
     if result.options is None:
         why = {"toolarge": note, "nosolution": "no incumbent within the time limit"}.get(result.status, result.status)
-        left = max(FALLBACK_MIN_S, deadline - time.monotonic())
+        left = max(deadline, time.monotonic() + FALLBACK_MIN_S)
         fallback = run_hybrid(tables, left, max_evals, seed, bases, report)
         fallback.stats.note = f"ILP gave no plan ({why}): fell back to the hybrid result; {fallback.stats.note}"
         return fallback
@@ -155,11 +155,13 @@ def run_ilp(tables, deadline: float, max_evals, seed: int, bases, report) -> Out
     return Outcome(tables.groups(result.grouping, options), tables.placements(options), stats)
 
 
-def run_hybrid(tables, budget_s: float, max_evals, seed: int, bases, report) -> Outcome:
+def run_hybrid(tables, deadline: float, max_evals, seed: int, bases, report) -> Outcome:
+    """The hybrid search until `deadline` (time.monotonic()), seeded with the baselines' plans."""
     from hetrl_cli.planner.hybrid import Budget, Hybrid, genome_of
 
     search = Hybrid(tables, seed)  # the full tables: the quick ones (depths=1) misrank plans (docs/planner.md)
     seeds = [(tuple(g.tasks for g in b.groups), genome_of(search, [g.devices for g in b.groups])) for b in bases]
+    budget_s = max(0.1, deadline - time.monotonic())  # after building the search: that is spent time too
     budget = Budget(None if max_evals is not None else budget_s, max_evals)
     result = search.run(budget, seeds, progress=lambda text, _f: report(text))
     if result.options is None:

@@ -9,8 +9,8 @@ Groups (created once, in a fixed order, by every rank, as torch.distributed requ
 - mp:<task>:<r>, tp:<task>:<r>:<s>: replica r of a task (gradient norm, weight gathers) and the TP group of its
   stage s (the TP all-reduces), for tasks with tp or pp above 1 (runtime/parallel.py);
 - sync:actor / sync:critic: a training leader plus the ranks that run inference with those weights and do not
-  hold them in a one-rank training replica of their own; the weights are broadcast here as one flat buffer
-  (one collective, not one per tensor).
+  hold them in a one-rank training replica of their own; the weights go here as one flat buffer (not one
+  message per tensor), relayed along a chain that crosses each host boundary once (`relay`).
 Gloo on CPU, NCCL on GPU (with gloo for object collectives).
 """
 
@@ -128,34 +128,90 @@ def allreduce_gradients(
         offset += count
 
 
-def broadcast_weights(
-    named: Iterable[tuple[str, Tensor]] | None, src: int, group: Any, size: int
-) -> list[tuple[str, Tensor]]:
-    """Broadcast HF-named tensors from global rank `src` to the group: names and shapes, then one flat buffer.
+SYNC_CHUNK_BYTES = 1 << 20
+"""The relay chain forwards the weights in chunks of this size, so the hops after the first overlap it."""
 
-    `named` is read on `src` only; every member returns the (name, tensor) list.
-    """
-    import torch
+
+def broadcast_weights(
+    named: Iterable[tuple[str, Tensor]] | None, src: int, group: Any, size: int, chain: list[int] | None = None
+) -> list[tuple[str, Tensor]]:
+    """Broadcast HF-named tensors from global rank `src` to the group (one WeightChannel transfer)."""
+    return WeightChannel(src, group, size, chain).transfer(named)
+
+
+class WeightChannel:
+    """One weight-sync group. The first transfer sends names and shapes, later ones only the flat buffer,
+    relayed along `chain` (global ranks, `src` first; Layout.sync_chain) or, without one, one collective.
+    With `wait=False` the source returns while its sends are on the wire (async training goes on; the buffer
+    is a copy, so training may change the weights); they are waited for before its next transfer or `drain`."""
+
+    def __init__(self, src: int, group: Any, size: int, chain: list[int] | None = None) -> None:
+        self.src, self.group, self.size, self.chain = src, group, size, chain
+        self.specs: list[tuple[str, tuple[int, ...], str]] | None = None
+        self._sending: tuple[Tensor, list[Any]] | None = None
+
+    def transfer(self, named: Iterable[tuple[str, Tensor]] | None, wait: bool = True) -> list[tuple[str, Tensor]]:
+        """Send (on `src`, `named`) or receive the weights; every member returns the (name, tensor) list."""
+        import torch
+        import torch.distributed as dist
+
+        items = [(n, t.detach()) for n, t in named] if named is not None else None
+        if self.size == 1:
+            assert items is not None
+            return items
+        self.drain()
+        if self.specs is None:
+            meta = [[(n, tuple(t.shape), str(t.dtype)) for n, t in items]] if items is not None else [None]
+            dist.broadcast_object_list(meta, src=self.src, group=self.group)
+            self.specs = meta[0]
+        if items is not None:
+            flat = torch.cat([t.float().reshape(-1) for _, t in items])
+        else:
+            flat = torch.empty(sum(_numel(shape) for _, shape, _ in self.specs), dtype=torch.float32)
+        if self.chain is None:
+            dist.broadcast(flat, src=self.src, group=self.group)
+        else:
+            sends = relay(flat, self.chain, self.group, wait=wait)
+            if sends:
+                self._sending = (flat, sends)
+        out, offset = [], 0
+        for name, shape, _ in self.specs:
+            n = _numel(shape)
+            out.append((name, flat[offset : offset + n].view(shape)))
+            offset += n
+        return out
+
+    def drain(self) -> None:
+        """Wait for the sends a `wait=False` transfer left on the wire."""
+        if self._sending is not None:
+            for work in self._sending[1]:
+                work.wait()
+            self._sending = None
+
+
+def relay(flat: Tensor, chain: list[int], group: Any, chunk_bytes: int = SYNC_CHUNK_BYTES, wait: bool = True) -> list:
+    """Pipelined chain broadcast of `flat` from chain[0]: each member receives chunk i from its predecessor
+    and forwards it to its successor while chunk i+1 arrives. A collective broadcast sends the root's copy to
+    every member (gloo) or over a ring the library picks, so a slow link between regions may carry one copy
+    per member behind it; along the chain it carries one. Returns the sends still pending (none if `wait`)."""
     import torch.distributed as dist
 
-    items = [(n, t.detach()) for n, t in named] if named is not None else None
-    if size == 1:
-        assert items is not None
-        return items
-    meta = [[(n, tuple(t.shape), str(t.dtype)) for n, t in items]] if items is not None else [None]
-    dist.broadcast_object_list(meta, src=src, group=group)
-    specs = meta[0]
-    if items is not None:
-        flat = torch.cat([t.float().reshape(-1) for _, t in items])
-    else:
-        flat = torch.empty(sum(_numel(shape) for _, shape, _ in specs), dtype=torch.float32)
-    dist.broadcast(flat, src=src, group=group)
-    out, offset = [], 0
-    for name, shape, _ in specs:
-        n = _numel(shape)
-        out.append((name, flat[offset : offset + n].view(shape)))
-        offset += n
-    return out
+    me = chain.index(dist.get_rank())
+    prev = chain[me - 1] if me > 0 else None
+    succ = chain[me + 1] if me + 1 < len(chain) else None
+    step = max(1, chunk_bytes // flat.element_size())
+    sends = []
+    for tag, start in enumerate(range(0, flat.numel(), step)):
+        chunk = flat[start : start + step]
+        if prev is not None:
+            dist.recv(chunk, src=prev, group=group, tag=tag)
+        if succ is not None:
+            sends.append(dist.isend(chunk, dst=succ, group=group, tag=tag))
+    if wait:
+        for work in sends:
+            work.wait()
+        return []
+    return sends
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -262,6 +262,18 @@ class Layout:
         local = self.self_synced_ranks(source_task, target_task)
         return sorted({self.tasks[source_task].leader, *(r for r in self.tasks[target_task].ranks if r not in local)})
 
+    def sync_chain(self, source_task: str, target_task: str) -> list[int]:
+        """The sync group as a relay chain: the leader, the other members on its host, then the other hosts'
+        members host by host in rank order (hosts of a region are next to each other there). Each member
+        forwards what it receives to the next, so every link of the chain carries one copy of the weights —
+        a slow link between regions is crossed once, the cost model's broadcast tree (docs/costmodel.md)."""
+        leader = self.tasks[source_task].leader
+        members = [r for r in self.sync_ranks(source_task, target_task) if r != leader]
+        host = split_device_id(self.devices[leader])[0]
+        hosts = list(dict.fromkeys(split_device_id(self.devices[r])[0] for r in members))
+        rank_of_host = {h: (h != host, i) for i, h in enumerate(hosts)}
+        return [leader, *sorted(members, key=lambda r: (rank_of_host[split_device_id(self.devices[r])[0]], r))]
+
     def self_synced_ranks(self, source_task: str, target_task: str) -> set[int]:
         """Ranks that run a one-rank replica of both tasks (TP = PP = 1 on each side): after the step's gradient
         sum every training replica holds the same weights, so such a rank updates its inference copy from its

@@ -123,6 +123,12 @@ class Worker:
         self.records = load_records(wl.dataset.kind, wl.dataset.path, wl.seed)
         self.pending: list[Rollout] = []
         self.actor_weights: list[tuple[str, Any]] | None = None
+        self.synced_checksum: str | None = None
+        """Checksum of the actor weights last sent to generation (--verify-weights, on the leader)."""
+        self.channels: dict[str, comm.WeightChannel] = {}
+        self.overlapped = plan.workload.mode == "async" and self.layout.overlaps_generation()
+        """Async with generation on ranks of its own: the actor's weight sync overlaps the next training step
+        (the leader sends after its report and trains on; generation receives before it generates)."""
 
     def leads(self, task: str) -> bool:
         """Whether this rank leads replica 0 of `task` (weight-sync source, checkpoint writer)."""
@@ -306,6 +312,9 @@ class Worker:
         for step in range(first, last + 1):
             timer = Timer(self.memory)
             started = time.perf_counter()
+            if self.overlapped and step > first and self.generator is not None:
+                with timer.phase("weight_sync"):  # the weights the trainer sent after the last step
+                    self.sync_actor()
             if asynchronous:
                 rollouts = self.pending
                 mine_next = self.generate(step + 1, timer) if step < last else []
@@ -315,9 +324,16 @@ class Worker:
             if asynchronous and step < last:
                 self.pending = self.share_rollouts(mine_next, timer)
             with timer.phase("weight_sync"):
-                self.sync_weights()
+                if self.overlapped:
+                    self.sync_critic()
+                else:
+                    self.sync_weights()
             self.report(step, rollouts, report, timer, time.perf_counter() - started)
+            if self.overlapped and step < last and self.generator is None:
+                self.sync_actor(wait=False)  # the training side: the leader's sends run on during the next step
             self.maybe_checkpoint(step)
+        for channel in self.channels.values():
+            channel.drain()
 
     def prompts(self, step: int) -> list[tuple[int, tuple[int, ...]]]:
         """(sequence index, prompt ids) of every sequence of the step: prompt i repeated G times."""
@@ -442,18 +458,28 @@ class Worker:
         return report
 
     def sync_weights(self) -> None:
-        """Phase 5: broadcast the trained weights to the ranks that run inference with them.
+        """Phase 5: send the trained weights to the ranks that run inference with them (actor, then critic)."""
+        self.sync_actor()
+        self.sync_critic()
 
-        The leader of actor_train gathers the full weights from the ranks of its replica (TP shards, PP stages),
-        then sends one flat buffer over sync:actor; every generation rank keeps its own TP slices of it. A
-        generation engine on a rank that holds a whole training replica itself (the leader's, or any one-rank
-        replica colocated with one-rank generation) is updated in place from its own tensors, with no transfer.
-        """
+    def sync_actor(self, wait: bool = True) -> None:
+        """The leader of actor_train gathers the full weights from the ranks of its replica (TP shards, PP
+        stages), then sends one flat buffer over sync:actor; every generation rank keeps its own TP slices of
+        it. A generation engine on a rank that holds a whole training replica itself (the leader's, or any
+        one-rank replica colocated with one-rank generation) is updated in place from its own tensors, with no
+        transfer. `wait=False`: the leader returns with its sends on the wire (overlapped async)."""
         self.actor_weights = None
         if self.actor is not None and self.in_first_replica("actor_train"):
-            self.actor_weights = self.actor.named_weights()  # kept for the report's checksum
+            self.actor_weights = self.actor.named_weights()
+            if self.manifest.verify_weights and self.leads("actor_train"):
+                from hetrl_cli.runtime.engines import checksum_named
+
+                self.synced_checksum = checksum_named(self.actor_weights)  # what generation holds from now on
         engine = self.generator.engine.update_weights if self.generator is not None else None
-        self._sync("actor_train", "generation", self.actor, self.actor_weights, engine)
+        self._sync("actor_train", "generation", self.actor, self.actor_weights, engine, wait)
+
+    def sync_critic(self) -> None:
+        """PPO: the critic_train leader's weights to the critic_inference ranks (blocking; none in one group)."""
         if "critic_train" not in self.layout.tasks:
             return
         critic_named = None
@@ -463,7 +489,7 @@ class Worker:
         self._sync("critic_train", "critic_inference", self.critic, critic_named,
                    self.critic_infer.load_weights if separate else None)  # fmt: skip
 
-    def _sync(self, source: str, target: str, trainer: Any, gathered: Any, apply: Any) -> None:
+    def _sync(self, source: str, target: str, trainer: Any, gathered: Any, apply: Any, wait: bool = True) -> None:
         """One weight sync `source` -> `target` over `sync:<role>`: `gathered` is the leader's full weights,
         `apply` loads full weights into this rank's inference copy (None: nothing to load here)."""
         leader = self.layout.tasks[source].leader
@@ -473,7 +499,12 @@ class Worker:
                 apply(trainer.named_weights())
         elif self.groups.has(group, self.rank):
             named = gathered if self.rank == leader else None
-            received = comm.broadcast_weights(named, leader, self.groups.get(group), self.groups.size(group))
+            channel = self.channels.get(group)
+            if channel is None:
+                chain = self.layout.sync_chain(source, target)
+                channel = comm.WeightChannel(leader, self.groups.get(group), self.groups.size(group), chain)
+                self.channels[group] = channel
+            received = channel.transfer(named, wait=wait)
             if apply is not None:
                 apply(received)
 
@@ -481,16 +512,15 @@ class Worker:
     def report(self, step: int, rollouts: list[Rollout], report: dict[str, Any], timer: Timer, step_s: float) -> None:
         """Phase 6: gather every rank's timings and sums to rank 0, which appends one metrics line."""
         report["seconds"] = dict(timer.seconds)
-        if not self.leads("actor_train"):  # elsewhere the sync time is mostly waiting for training to end
-            report["seconds"].pop("weight_sync", None)
+        receives_overlapped = self.overlapped and self.generator is not None  # it times the receive itself
+        if not self.leads("actor_train") and not receives_overlapped:
+            report["seconds"].pop("weight_sync", None)  # elsewhere the sync time is mostly waiting for training
         report["rank"] = self.rank
         report["memory"] = [self.memory.measure, timer.peak]
         if self.manifest.verify_weights and self.generator is not None:
             report["engine_checksum"] = self.generator.engine.weights_checksum()
-        if self.manifest.verify_weights and self.actor_weights is not None and self.leads("actor_train"):
-            from hetrl_cli.runtime.engines import checksum_named
-
-            report["actor_checksum"] = checksum_named(self.actor_weights)  # gathered by this step's sync
+        if self.synced_checksum is not None:
+            report["actor_checksum"] = self.synced_checksum  # the weights the engines were last sent
         gathered = comm.gather_to_zero(report)
         if gathered is None:
             return
