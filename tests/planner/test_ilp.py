@@ -16,6 +16,8 @@ from hetrl_cli.planner.tables import Tables
 
 from .conftest import TINY, cluster, workload
 
+HIGHS_TOLERANCE = 2e-6
+"""Twice HiGHS's default primal/MIP feasibility tolerance (1e-6): how far an optimal T may undershoot."""
 CASES = [("grpo", "sync"), ("grpo", "async"), ("ppo", "sync"), ("ppo", "async")]
 
 
@@ -28,12 +30,13 @@ def test_ilp_equals_brute_force(tiny_profile, algorithm, mode):
     best = brute_force(tables, build_space(tables, "fine"))
     assert result.status == "optimal"
     assert best is not None
-    assert result.objective == pytest.approx(best[0], rel=1e-9)
-    assert result.bound == pytest.approx(result.objective, rel=1e-9)
+    # HiGHS meets rows to its feasibility tolerance (1e-6 absolute): T may sit that far below a phase sum
+    assert result.objective == pytest.approx(best[0], rel=1e-9, abs=HIGHS_TOLERANCE)
+    assert result.bound == pytest.approx(result.objective, rel=1e-9, abs=HIGHS_TOLERANCE)
     options = realise(tables, result.grouping, result.pools, result.options)
     estimate = cm.evaluate(tables.groups(result.grouping, options), tables.placements(options))
     assert estimate.feasible
-    assert estimate.iteration_s == pytest.approx(result.objective, rel=1e-9)
+    assert estimate.iteration_s == pytest.approx(best[0], rel=1e-9)  # the plan itself is the optimum
 
 
 @pytest.mark.parametrize(("algorithm", "mode"), [("grpo", "async"), ("ppo", "sync")])
@@ -75,7 +78,7 @@ def test_every_grouping_leaf_equals_brute_force(tiny_profile, algorithm, mode):
             assert result.objective is None
             continue
         assert result.status == "optimal", grouping
-        assert result.objective == pytest.approx(best[0], rel=1e-7), grouping
+        assert result.objective == pytest.approx(best[0], rel=1e-9, abs=HIGHS_TOLERANCE), grouping
         together = any("actor_train" in g and "generation" in g for g in grouping)
         critic_apart = not any("critic_train" in g and "critic_inference" in g for g in grouping)
         mixed += together and critic_apart

@@ -168,6 +168,9 @@ class CostModel:
         self.calibration = calibration or {}
         self.links = Links(profile, self.calibration.get("link_class"))
         self.task_overhead_s: dict[str, float] = dict(self.calibration.get("task_overhead_s", {}))
+        self.overhead_factor: dict[str, float] = dict(self.calibration.get("overhead_factor", {}))
+        """Calibrated multipliers on the built-in per-step host costs: generation's DECODE_STEP_OVERHEAD_S and
+        the weight sync's WEIGHT_SYNC_PER_TENSOR_S (constants for GPU engines; a runtime may do less)."""
         """Calibration: fixed seconds per step added to a task's `overhead` term (and to the weight sync under
         `weight_sync`) — launch and Python overhead that dominates tiny models and no efficiency factor expresses."""
         self._init_devices()
@@ -175,7 +178,7 @@ class CostModel:
         self._l1: dict[tuple, TaskEstimate] = {}
         self._l2: dict[tuple, _ClassEst] = {}
         self._resident_cache: dict[tuple, dict[str, float]] = {}
-        self._ws_cache: dict[tuple, tuple[float, str]] = {}
+        self._ws_cache: dict[tuple, tuple[float, str, float]] = {}
         self._stage_cache: dict[tuple[int, ...], _Stage] = {}
         self._hop_cache: dict[tuple[tuple[str, ...], tuple[str, ...]], LinkInfo] = {}
         self._params_cache: dict[tuple, float] = {}
@@ -776,9 +779,9 @@ class CostModel:
             speed = [s.mem_Bps * s.tp for s in stages]
             layer_cost = float(arch.layer_params)
             head_cost = float(arch.hidden_size * arch.vocab_size)
-        else:
+        else:  # the FLOPs per token _fwd_replica charges (attention included), so the split minimises its max
             speed = [s.compute_Fps for s in stages]
-            layer_cost = 2.0 * arch.layer_matmul_params()
+            layer_cost = arch.layer_flops_per_token(self.seq_mean / 2)
             head_cost = 2.0 * arch.head_matmul_params(HEAD[task])
         extra = [0.0] * pp
         extra[-1] = head_cost
@@ -810,7 +813,45 @@ class CostModel:
                 layers = trial
             else:
                 break
+        if task != "generation":
+            layers = self._refine_split(task, stages, layers)
         return tuple(layers)
+
+    def _refine_split(self, task: str, stages: tuple[_Stage, ...], layers: list[int]) -> list[int]:
+        """Move single layers between stages while the 1F1B time of the whole step's batch on this replica
+        drops, with _fwd_replica's own stage times (compute, TP all-reduces and the send to the next stage,
+        which the FLOP proxy leaves out). From the proxy's split this ends at the best split in a few moves;
+        without it a 3 % faster first stage could take a layer and become the straggler of its send."""
+        micro_batch = self.workload.micro_batch
+        m = max(1, math.ceil(self.n_samples / micro_batch))
+        mb_tok = micro_batch * self.seq_mean
+        msg = mb_tok * self.arch[task].hidden_size * self.act_bytes
+
+        def total(ls: list[int]) -> float:
+            per_stage, _labels, _pp_label, _epochs, mult, _mb, _h = self._fwd_static(task, stages, tuple(ls))
+            times = [
+                mb_tok * mult * fpt / c_den
+                + ar_mult * allreduce_s(msg, tp, ar_link)
+                + (0.0 if hop is None else p2p_mult * p2p_s(msg, hop))
+                for fpt, c_den, ar_mult, tp, ar_link, p2p_mult, hop in per_stage
+            ]
+            return m * max(times) + sum(times) - max(times)
+
+        pp = len(layers)
+        best = total(layers)
+        for _ in range(self.arch[task].num_layers):
+            moves = [(i, j) for i in range(pp) for j in range(pp) if i != j and layers[i] > 1]
+            trials = []
+            for i, j in moves:
+                trial = list(layers)
+                trial[i] -= 1
+                trial[j] += 1
+                trials.append((total(trial), trial))
+            value, trial = min(trials, default=(math.inf, layers), key=lambda x: x[0])
+            if value >= best * (1 - 1e-12):
+                break
+            best, layers = value, trial
+        return layers
 
     def _class_estimate(
         self,
@@ -926,6 +967,10 @@ class CostModel:
             rep.total_s += extra
         return rep
 
+    def _decode_overhead_scale(self, classes: tuple[tuple[int, ...], ...]) -> float:
+        """Per decode step: the host slowdown times the calibrated factor on DECODE_STEP_OVERHEAD_S."""
+        return self._class_slowdown(classes) * self.overhead_factor.get("generation", 1.0)
+
     def _class_slowdown(self, classes: tuple[tuple[int, ...], ...]) -> float:
         """The slowest host_slowdown among a replica's device classes (per stage)."""
         return max(self.classes[c].host_slowdown for stage in classes for c in stage)
@@ -965,7 +1010,7 @@ class CostModel:
             "memory": k * m_extra,
             "tp_comm": k * tpc,
             "pp_p2p": k * p2p,
-            "overhead": steps * C.DECODE_STEP_OVERHEAD_S * self._class_slowdown(classes),
+            "overhead": steps * C.DECODE_STEP_OVERHEAD_S * self._decode_overhead_scale(classes),
         }
         # prefill: prompt tokens in chunks of MAX_NUM_BATCHED_TOKENS; the slowest stage sets the pace
         slow_tok, bubble_tok, split_slow, slow_tp, slow_link, hop01 = prefill
@@ -1253,6 +1298,15 @@ class CostModel:
 
     # ---- weight sync and transfers --------------------------------------------------------------------------
     def _weight_sync(self, train: tuple[str, ...], gen: tuple[str, ...], role: str = "actor") -> tuple[float, str]:
+        total, label, _tensors = self._weight_sync_parts(train, gen, role)
+        return total, label
+
+    def weight_sync_tensor_s(self, train: Sequence[str], gen: Sequence[str], role: str = "actor") -> float:
+        """The per-tensor host part of weight_sync_s (WEIGHT_SYNC_PER_TENSOR_S × tensors × factors): what the
+        calibration's overhead_factor['weight_sync'] scales."""
+        return self._weight_sync_parts(tuple(train), tuple(gen), role)[2]
+
+    def _weight_sync_parts(self, train: tuple[str, ...], gen: tuple[str, ...], role: str) -> tuple[float, str, float]:
         key = (train, gen, role)
         hit = self._ws_cache.get(key)
         if hit is not None:
@@ -1261,8 +1315,11 @@ class CostModel:
         self._ws_cache[key] = result
         return result
 
-    def _weight_sync_uncached(self, train: tuple[str, ...], gen: tuple[str, ...], role: str) -> tuple[float, str]:
-        """The role's trained weights (workload precision) to every device of its inference task, once per step.
+    def _weight_sync_uncached(
+        self, train: tuple[str, ...], gen: tuple[str, ...], role: str
+    ) -> tuple[float, str, float]:
+        """The role's trained weights (workload precision) to every device of its inference task, once per step:
+        (seconds, the bottleneck's label, the per-tensor host part of the seconds).
 
         Colocated devices: a local reshard (LOCAL_RESHARD_PASSES over HBM; an all-gather first under ZeRO-3).
         Other devices: a pipelined broadcast tree over regions (_broadcast_tree_s).
@@ -1274,7 +1331,7 @@ class CostModel:
         known_t = [d for d in train if d in self.device_class]
         known_g = [d for d in gen if d in self.device_class]
         if arch is None or not known_t or not known_g:
-            return 0.0, ""
+            return 0.0, "", 0.0
         nbytes = arch.param_count(head) * weight_bytes_per_param(self.workload)
         tset = set(known_t)
         local = [d for d in known_g if d in tset]
@@ -1291,8 +1348,10 @@ class CostModel:
         remote_s = 0.0
         if remote:
             remote_s, label = self._broadcast_tree_s(known_t, remote, nbytes)
-        host_s = arch.tensor_count(head) * C.WEIGHT_SYNC_PER_TENSOR_S + self.task_overhead_s.get("weight_sync", 0.0)
-        return max(local_s, remote_s) + host_s * self.overhead_scale((*known_t, *known_g)), label
+        scale = self.overhead_scale((*known_t, *known_g))
+        tensors_s = arch.tensor_count(head) * C.WEIGHT_SYNC_PER_TENSOR_S * self.overhead_factor.get("weight_sync", 1.0)
+        host_s = (tensors_s + self.task_overhead_s.get("weight_sync", 0.0)) * scale
+        return max(local_s, remote_s) + host_s, label, tensors_s * scale
 
     def _broadcast_tree_s(self, train: Sequence[str], gen: Sequence[str], nbytes: float) -> tuple[float, str]:
         """Pipelined broadcast tree from the training hosts to the generation devices, region by region.
