@@ -127,6 +127,24 @@ def test_fit_recovers_overheads_on_hosts_of_unequal_speed(tmp_path, profile) -> 
     assert cal.task_overhead_s["weight_sync"] == pytest.approx(0.001, rel=0.5)
 
 
+def test_fit_lowers_the_built_in_host_costs_where_a_runtime_does_less(tmp_path, plans, profile) -> None:
+    """The truth's per-tensor weight-sync cost is a tenth of the built-in constant and its decode steps cost
+    1.5x: overhead_factor recovers both (an additive overhead alone could not go below the constant)."""
+    factors = {"weight_sync": 0.1, "generation": 1.5}
+    truth = {**TRUE, "task_overhead_s": {"generation": 0.02}, "overhead_factor": factors}
+    runs = []
+    for name in ("single", "colocated-50", "colocated-25", "gen|ref+train"):
+        path = fake_run(tmp_path / name.replace("|", "_"), plans[name], truth, profile, warmup_s=0.0)
+        runs.append((name, plans[name], [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]))
+    cal = fit_calibration(runs, profile, warmup=1)
+    ws = [r for r in cal.residuals if r.task == "weight_sync"]
+    assert max(abs(r.error_before) for r in ws) > 1.0  # the constant overstates the truth's sync
+    assert max(abs(r.error_after) for r in ws) < 0.1
+    assert cal.overhead_factor["weight_sync"] == pytest.approx(0.1, rel=0.3)
+    assert cal.overhead_factor["generation"] == pytest.approx(1.5, rel=0.3)
+    assert cal.factors()["overhead_factor"] == cal.overhead_factor  # what plan/simulate --calibration read
+
+
 def test_fit_on_some_layouts_lowers_the_error_of_a_held_out_layout(tmp_path, plans, profile) -> None:
     """Fit on two colocated layouts, judge on the disaggregated one it never saw."""
     fitted = []

@@ -103,6 +103,9 @@ class Calibration(Artifact):
     """Keyed by link kind (loopback, nvlink, pcie, lan, wan, ...)."""
     task_overhead_s: dict[str, float] = Field(default_factory=dict)
     """Fixed seconds added to a task per step (and `weight_sync` per sync): launch and Python overhead."""
+    overhead_factor: dict[str, float] = Field(default_factory=dict)
+    """Multipliers on the cost model's built-in per-step host costs (`generation`: per decode step,
+    `weight_sync`: per tensor); absent = 1."""
     residuals: list[Residual] = Field(default_factory=list)
     median_abs_error_before: float | None = None
     median_abs_error_after: float | None = None
@@ -115,4 +118,5 @@ class Calibration(Artifact):
             "device_class": {k: v.model_dump() for k, v in self.device_class.items()},
             "link_class": {k: v.model_dump() for k, v in self.link_class.items()},
             "task_overhead_s": dict(self.task_overhead_s),
+            "overhead_factor": dict(self.overhead_factor),
         }

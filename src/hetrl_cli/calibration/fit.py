@@ -29,7 +29,8 @@ from hetrl_cli.errors import BadInput
 
 METHOD = (
     "non-negative least squares on relative residuals of the linearised cost model: "
-    "1/compute, 1/memory per device class, a time factor per link kind, fixed seconds per task"
+    "1/compute, 1/memory per device class, a time factor per link kind, fixed seconds per task, "
+    "a factor on the built-in per-step host costs"
 )
 COMPUTE_TERMS = ("compute", "bubble")
 MEMORY_TERMS = ("memory", "optimizer")
@@ -83,8 +84,9 @@ def _observations(runs: list[Run], profile: ClusterProfile, warmup: int):
                 m = float(np.median(measured[task]))
                 out.append((run_id, task, m, dict(est.terms), dict(est.links), classes, scale))
         if measured.get("weight_sync"):
-            ws = {"overhead": estimate.weight_sync_s}
             syncs = model.weight_syncs(placements, groups)
+            tensors = sum(model.weight_sync_tensor_s(train, infer, role) for role, train, infer in syncs)
+            ws = {"transfer": estimate.weight_sync_s - tensors, "overhead": tensors}
             scale = sum(model.overhead_scale((*train, *infer)) for _role, train, infer in syncs)
             out.append((run_id, "weight_sync", float(np.median(measured["weight_sync"])), ws, {}, [], scale))
     return out
@@ -112,6 +114,9 @@ def _design(observations) -> tuple[list[tuple[str, str]], np.ndarray, np.ndarray
                     coef[c] = coef.get(c, 0.0) + seconds / len(classes)
             elif kind is not None:
                 c = col(("link", kind))
+                coef[c] = coef.get(c, 0.0) + seconds
+            elif term == "overhead":  # the model's built-in per-step host cost, scaled by overhead_factor
+                c = col(("overhead_factor", task))
                 coef[c] = coef.get(c, 0.0) + seconds
             else:
                 fixed += seconds
@@ -172,11 +177,14 @@ def nnls(A: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:
 def _factors(keys, x: np.ndarray) -> dict:
     """The solution as a CostModel calibration dict (inverse factors back to multipliers of the profile)."""
     lo, hi = FACTOR_RANGE
-    cal: dict = {"device_class": {}, "link_class": {}, "task_overhead_s": {}}
+    cal: dict = {"device_class": {}, "link_class": {}, "task_overhead_s": {}, "overhead_factor": {}}
     for (what, name), value in zip(keys, x, strict=True):
         if what == "overhead":
             if value > 0:
                 cal["task_overhead_s"][name] = float(value)
+            continue
+        if what == "overhead_factor":  # a multiplier itself, not an inverse rate
+            cal["overhead_factor"][name] = min(hi, max(lo, float(value)))
             continue
         factor = min(hi, max(lo, 1.0 / value if value > 0 else hi))
         if what == "link":  # time × t  ⇔  bandwidth ÷ t and latency × t
@@ -230,6 +238,7 @@ def fit_calibration(runs: list[Run], profile: ClusterProfile, warmup: int = 1) -
         device_class={k: DeviceFactors(**v) for k, v in cal["device_class"].items()},
         link_class={k: LinkFactors(**v) for k, v in cal["link_class"].items()},
         task_overhead_s=cal["task_overhead_s"],
+        overhead_factor=cal["overhead_factor"],
         residuals=residuals,
         median_abs_error_before=med_b,
         median_abs_error_after=med_a,
