@@ -818,39 +818,53 @@ class CostModel:
         return tuple(layers)
 
     def _refine_split(self, task: str, stages: tuple[_Stage, ...], layers: list[int]) -> list[int]:
-        """Move single layers between stages while the 1F1B time of the whole step's batch on this replica
-        drops, with _fwd_replica's own stage times (compute, TP all-reduces and the send to the next stage,
-        which the FLOP proxy leaves out). From the proxy's split this ends at the best split in a few moves;
-        without it a 3 % faster first stage could take a layer and become the straggler of its send."""
+        """Move single layers off the slowest stage while the 1F1B time of the whole step's batch on this
+        replica drops, with _fwd_replica's own stage times (compute, TP all-reduces and the send to the next
+        stage, which the FLOP proxy leaves out); a move must not put the receiving stage over its usable
+        memory (the task alone, no sharding: conservative), so the proxy's split stays where nothing else fits.
+        Without it a 3 % faster first stage could take a layer and become the straggler of its send."""
         micro_batch = self.workload.micro_batch
         m = max(1, math.ceil(self.n_samples / micro_batch))
         mb_tok = micro_batch * self.seq_mean
         msg = mb_tok * self.arch[task].hidden_size * self.act_bytes
+        alone = frozenset({task})
+        usable = [st.memory_bytes * C.USABLE_MEMORY_FRACTION for st in stages]
 
-        def total(ls: list[int]) -> float:
+        def times(ls: list[int]) -> list[float]:
             per_stage, _labels, _pp_label, _epochs, mult, _mb, _h = self._fwd_static(task, stages, tuple(ls))
-            times = [
+            return [
                 mb_tok * mult * fpt / c_den
                 + ar_mult * allreduce_s(msg, tp, ar_link)
                 + (0.0 if hop is None else p2p_mult * p2p_s(msg, hop))
                 for fpt, c_den, ar_mult, tp, ar_link, p2p_mult, hop in per_stage
             ]
-            return m * max(times) + sum(times) - max(times)
 
-        pp = len(layers)
-        best = total(layers)
+        def total(t: list[float]) -> float:
+            return m * max(t) + sum(t) - max(t)
+
+        def fits(ls: list[int], stage: int) -> bool:
+            stage_bytes = self._fwd_memory(task, stages, tuple(ls), m, False, alone, 1)[0]
+            return stage_bytes[stage] <= usable[stage]
+
+        current = times(layers)
         for _ in range(self.arch[task].num_layers):
-            moves = [(i, j) for i in range(pp) for j in range(pp) if i != j and layers[i] > 1]
-            trials = []
-            for i, j in moves:
-                trial = list(layers)
-                trial[i] -= 1
-                trial[j] += 1
-                trials.append((total(trial), trial))
-            value, trial = min(trials, default=(math.inf, layers), key=lambda x: x[0])
-            if value >= best * (1 - 1e-12):
+            hi = max(range(len(layers)), key=current.__getitem__)
+            if layers[hi] <= 1:
                 break
-            best, layers = value, trial
+            best = None
+            for j in range(len(layers)):
+                if j == hi:
+                    continue
+                trial = list(layers)
+                trial[hi] -= 1
+                trial[j] += 1
+                t = times(trial)
+                better = total(t) < total(current) * (1 - 1e-12) and (best is None or total(t) < total(best[1]))
+                if better and fits(trial, j):
+                    best = (trial, t)
+            if best is None:
+                break
+            layers, current = best
         return layers
 
     def _class_estimate(
