@@ -73,6 +73,21 @@ SYNCED: dict[str, tuple[TaskName, TaskName]] = {
 }
 """Weight syncs by role: (the task that trains the weights, the task that runs inference with a copy)."""
 SYNC_WORDS = {"actor": "training → generation", "critic": "critic training → critic inference"}
+
+
+def sync_roles(group_of: dict[str, object]) -> list[tuple[str, bool]]:
+    """(role, apart) for each weight sync a plan runs, given each task's group: the actor's always (a local
+    reshard when its tasks share a group), the critic's only when critic_inference is in another group than
+    critic_train (in one group it runs on the trainer's own weights, as the runtime does)."""
+    out = []
+    for role, (train, infer) in SYNCED.items():
+        if train in group_of and infer in group_of:
+            apart = group_of[train] != group_of[infer]
+            if apart or role == "actor":
+                out.append((role, apart))
+    return out
+
+
 TERM_LABEL: dict[str, str] = {
     "compute": "compute",
     "memory": "memory traffic",
@@ -155,6 +170,18 @@ def host_slowdown(device) -> float:
     return 1.0
 
 
+def _stage_parts(per_stage, mb_tok: float, mult: float, msg: float) -> list[tuple[float, float, float]]:
+    """(compute, TP all-reduces, send to the next stage) seconds of one micro-batch per pipeline stage, from
+    _fwd_static's per-stage inputs: _fwd_replica's stage times, also what _refine_split balances."""
+    out = []
+    for fpt, c_den, ar_mult, tp, ar_link, p2p_mult, hop in per_stage:
+        c = mb_tok * mult * fpt / c_den
+        tpc = ar_mult * allreduce_s(msg, tp, ar_link)
+        hop_s = 0.0 if hop is None else p2p_mult * p2p_s(msg, hop)
+        out.append((c, tpc, hop_s))
+    return out
+
+
 def _short_name(name: str) -> str:
     return name.removeprefix("NVIDIA ").removeprefix("Tesla ").strip()
 
@@ -168,11 +195,11 @@ class CostModel:
         self.calibration = calibration or {}
         self.links = Links(profile, self.calibration.get("link_class"))
         self.task_overhead_s: dict[str, float] = dict(self.calibration.get("task_overhead_s", {}))
+        """Calibration: fixed seconds per step added to a task's `overhead` term (and to the weight sync under
+        `weight_sync`) — launch and Python overhead that dominates tiny models and no efficiency factor expresses."""
         self.overhead_factor: dict[str, float] = dict(self.calibration.get("overhead_factor", {}))
         """Calibrated multipliers on the built-in per-step host costs: generation's DECODE_STEP_OVERHEAD_S and
         the weight sync's WEIGHT_SYNC_PER_TENSOR_S (constants for GPU engines; a runtime may do less)."""
-        """Calibration: fixed seconds per step added to a task's `overhead` term (and to the weight sync under
-        `weight_sync`) — launch and Python overhead that dominates tiny models and no efficiency factor expresses."""
         self._init_devices()
         self._init_workload()
         self._l1: dict[tuple, TaskEstimate] = {}
@@ -280,20 +307,20 @@ class CostModel:
         always (a local reshard when colocated), the critic's when critic_inference is in another group than
         critic_train (in one group it runs on the trainer's own weights, as the runtime does)."""
         by_task = {p.task: p for p in placements}
-        group_of = {t: g.name for g in groups for t in g.tasks}
-        out = []
-        for role, (train, infer) in SYNCED.items():
-            if train in by_task and infer in by_task:
-                if role == "critic" and group_of.get(train) == group_of.get(infer):
-                    continue
-                out.append((role, by_task[train].devices, by_task[infer].devices))
-        return out
+        group_of = {t: g.name for g in groups for t in g.tasks if t in by_task}
+        return [
+            (role, by_task[SYNCED[role][0]].devices, by_task[SYNCED[role][1]].devices)
+            for role, _apart in sync_roles(group_of)
+        ]
 
     def overhead_scale(self, devices: Sequence[str]) -> float:
         """The factor on per-step fixed overheads of work on `devices`: its slowest host's `host_slowdown`
         (the overhead is per replica and does not shrink with a smaller batch share, so the slowest sets it)."""
-        return max((self.classes[self.device_class[d]].host_slowdown for d in devices if d in self.device_class),
-                   default=1.0)  # fmt: skip
+        return self._slowest(self.device_class[d] for d in devices if d in self.device_class)
+
+    def _slowest(self, class_ids) -> float:
+        """The largest host_slowdown among device classes (1 for none)."""
+        return max((self.classes[c].host_slowdown for c in class_ids), default=1.0)
 
     def transfer_s(self, src_devices: Sequence[str], dst_devices: Sequence[str], nbytes: float) -> float:
         """Rollouts/experience between groups: α + bytes/β on the best host pair; 0 on the same device set."""
@@ -387,7 +414,7 @@ class CostModel:
         boundary = [sum(s for *_, s in pairs) for pairs in transfers]
         ws, ws_label, slowest = 0.0, "", -1.0
         for role, train, infer in self.weight_syncs(placements, groups):
-            seconds, label = self._weight_sync(train, infer, role)
+            seconds, label, _tensors = self._weight_sync(train, infer, role)
             ws += seconds  # the runtime syncs the actor, then the critic
             if seconds > slowest:  # the bottleneck sentence names the slower sync
                 slowest, ws_label = seconds, f"{SYNC_WORDS[role]}) over the {label}"
@@ -832,12 +859,7 @@ class CostModel:
 
         def times(ls: list[int]) -> list[float]:
             per_stage, _labels, _pp_label, _epochs, mult, _mb, _h = self._fwd_static(task, stages, tuple(ls))
-            return [
-                mb_tok * mult * fpt / c_den
-                + ar_mult * allreduce_s(msg, tp, ar_link)
-                + (0.0 if hop is None else p2p_mult * p2p_s(msg, hop))
-                for fpt, c_den, ar_mult, tp, ar_link, p2p_mult, hop in per_stage
-            ]
+            return [c + tpc + hop_s for c, tpc, hop_s in _stage_parts(per_stage, mb_tok, mult, msg)]
 
         def total(t: list[float]) -> float:
             return m * max(t) + sum(t) - max(t)
@@ -987,7 +1009,7 @@ class CostModel:
 
     def _class_slowdown(self, classes: tuple[tuple[int, ...], ...]) -> float:
         """The slowest host_slowdown among a replica's device classes (per stage)."""
-        return max(self.classes[c].host_slowdown for stage in classes for c in stage)
+        return self._slowest(c for stage in classes for c in stage)
 
     # ---- generation -----------------------------------------------------------------------------------------
     def _gen_replica(self, classes, stages, split, n_seq, others, offload, names) -> _Rep:
@@ -1135,13 +1157,8 @@ class CostModel:
         m = max(1, math.ceil(n_seq / micro_batch - 1e-9))
         mb_tok = n_seq * self.seq_mean / m
         msg = mb_tok * h * self.act_bytes
-        times, parts_t = [], []
-        for fpt, c_den, ar_mult, tp, ar_link, p2p_mult, hop in per_stage:
-            c = mb_tok * mult * fpt / c_den
-            tpc = ar_mult * allreduce_s(msg, tp, ar_link)
-            hop_s = 0.0 if hop is None else p2p_mult * p2p_s(msg, hop)
-            times.append(c + tpc + hop_s)
-            parts_t.append((c, tpc, hop_s))
+        parts_t = _stage_parts(per_stage, mb_tok, mult, msg)
+        times = [c + tpc + hop_s for c, tpc, hop_s in parts_t]
         pp = len(per_stage)
         crit = max(range(pp), key=times.__getitem__) if pp > 1 else 0
         c, tpc, hop_s = parts_t[crit]
@@ -1311,16 +1328,13 @@ class CostModel:
         return intra_s + inter_s, label
 
     # ---- weight sync and transfers --------------------------------------------------------------------------
-    def _weight_sync(self, train: tuple[str, ...], gen: tuple[str, ...], role: str = "actor") -> tuple[float, str]:
-        total, label, _tensors = self._weight_sync_parts(train, gen, role)
-        return total, label
-
     def weight_sync_tensor_s(self, train: Sequence[str], gen: Sequence[str], role: str = "actor") -> float:
         """The per-tensor host part of weight_sync_s (WEIGHT_SYNC_PER_TENSOR_S × tensors × factors): what the
         calibration's overhead_factor['weight_sync'] scales."""
-        return self._weight_sync_parts(tuple(train), tuple(gen), role)[2]
+        return self._weight_sync(tuple(train), tuple(gen), role)[2]
 
-    def _weight_sync_parts(self, train: tuple[str, ...], gen: tuple[str, ...], role: str) -> tuple[float, str, float]:
+    def _weight_sync(self, train: tuple[str, ...], gen: tuple[str, ...], role: str) -> tuple[float, str, float]:
+        """_weight_sync_uncached, cached by (train, gen, role)."""
         key = (train, gen, role)
         hit = self._ws_cache.get(key)
         if hit is not None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hetrl_cli.artifacts.workload import TaskName
-from hetrl_cli.costmodel.model import SYNCED
+from hetrl_cli.costmodel.model import SYNCED, sync_roles
 from hetrl_cli.costmodel.types import PHASES
 from hetrl_cli.planner.space import (
     GRANULARITIES,
@@ -124,8 +124,7 @@ def _fill_pairs(tables: Tables, space: IlpSpace) -> None:
     for kind, nbytes, src_pools, dst_pools in wanted:
         if not src_pools or not dst_pools:
             continue
-        sync = kind != "transfer"
-        spec = PairSpec("pair", 0, 0, nbytes, sync, role=kind if sync else "actor")
+        spec = PairSpec("pair", 0, 0, nbytes, role=None if kind == "transfer" else kind)
         table = space.pair_costs.setdefault((kind, nbytes), {})
         for p1 in sorted(src_pools):
             for p2 in sorted(dst_pools):
@@ -570,14 +569,13 @@ def lower_bound(tables: Tables, space: IlpSpace, grouping: tuple[Subset, ...]) -
         )
         for i in range(len(PHASES))
     ]
-    together = any("generation" in g and "actor_train" in g for g in grouping)
-    if together:
-        s = index[next(g for g in grouping if "generation" in g)]
-        ws = min((v for (ss, _), v in space.same_sync.items() if ss == s), default=0.0)
-    else:
-        ws = min(space.pair_costs.get(("actor", 0.0), {}).values(), default=0.0)
-    if not any("critic_train" in g and "critic_inference" in g for g in grouping):
-        ws += min(space.pair_costs.get(("critic", 0.0), {}).values(), default=0.0)
+    ws = 0.0
+    for role, apart in sync_roles({t: g for g in grouping for t in g}):
+        if apart:
+            ws += min(space.pair_costs.get((role, 0.0), {}).values(), default=0.0)
+        else:  # the actor's local reshard inside the generation group
+            s = index[next(g for g in grouping if "generation" in g)]
+            ws += min((v for (ss, _), v in space.same_sync.items() if ss == s), default=0.0)
     if tables.workload.mode == "async" and ("generation",) in grouping:
         return max(spans[0] + ws, spans[1] + spans[2])
     return sum(spans) + ws

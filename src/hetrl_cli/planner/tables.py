@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from hetrl_cli.artifacts.profile import ClusterProfile
 from hetrl_cli.artifacts.workload import TASK_ROLE, TaskName, Workload
+from hetrl_cli.costmodel.model import SYNCED, sync_roles
 from hetrl_cli.costmodel.types import PHASES, GroupPlacement, TaskEstimate, TaskPlacement
 from hetrl_cli.planner.space import (
     DeviceClass,
@@ -69,11 +70,14 @@ class PairSpec:
     dst: int
     nbytes: float = 0.0
     """Bytes moved (transfers); 0 for weight sync (the cost model knows the weight bytes)."""
-    weight_sync: bool = False
-    role: str = "actor"
-    """Whose weights a weight sync moves (costmodel.model.SYNCED)."""
+    role: str | None = None
+    """Whose weights a weight sync moves (costmodel.model.SYNCED); None for a data transfer."""
     boundary: int = -1
     """Phase boundary a transfer crosses (0: after generation, 1: after inference); -1 for weight sync."""
+
+    @property
+    def weight_sync(self) -> bool:
+        return self.role is not None
 
 
 class Tables:
@@ -262,7 +266,7 @@ class Tables:
         return self._specs[key]
 
     def pair_cost(self, spec: PairSpec, src: tuple[str, ...], dst: tuple[str, ...]) -> float:
-        key = (spec.weight_sync, spec.role, spec.nbytes, src, dst)
+        key = (spec.role, spec.nbytes, src, dst)
         if key not in self._pair:
             self.counters.pair_calls += 1
             if spec.weight_sync:
@@ -273,7 +277,7 @@ class Tables:
 
     def same_group_weight_sync(self, devices: tuple[str, ...]) -> float:
         """Weight sync when actor_train and generation share a group (resharding on the same devices)."""
-        spec = PairSpec("weight_sync", 0, 0, weight_sync=True)
+        spec = PairSpec("weight_sync", 0, 0, role="actor")
         return self.pair_cost(spec, devices, devices)
 
     # --- whole plans ---------------------------------------------------------------------------
@@ -324,13 +328,11 @@ def pair_specs(cost_model, workload: Workload, grouping: Sequence[tuple[TaskName
     inference)."""
     group_of = {t: i for i, g in enumerate(grouping) for t in g}
     specs: list[PairSpec] = []
-    train, gen = group_of["actor_train"], group_of["generation"]
-    if train != gen:
-        specs.append(PairSpec("weight_sync", train, gen, weight_sync=True))
-    if "critic_train" in group_of and "critic_inference" in group_of:
-        critic, values = group_of["critic_train"], group_of["critic_inference"]
-        if critic != values:
-            specs.append(PairSpec("weight_sync:critic", critic, values, weight_sync=True, role="critic"))
+    for role, apart in sync_roles(group_of):
+        if apart:
+            train, infer = SYNCED[role]
+            name = "weight_sync" if role == "actor" else f"weight_sync:{role}"
+            specs.append(PairSpec(name, group_of[train], group_of[infer], role=role))
     index = {group_name(g): i for i, g in enumerate(grouping)}
     groups = [GroupPlacement(group_name(g), g, ()) for g in grouping]
     for name, src, dst, nbytes in cost_model.transfers(groups):
