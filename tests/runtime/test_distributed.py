@@ -62,7 +62,7 @@ def _dp_worker(rank: int, port: int, tiny_dir: str, out: str) -> None:
 def _sync_worker(rank: int, port: int, tiny_dir: str, out: str) -> None:
     import torch.distributed as dist
 
-    from hetrl_cli.runtime.comm import broadcast_weights
+    from hetrl_cli.runtime.comm import WeightChannel
     from hetrl_cli.runtime.engines import HFEngine, Sampling
 
     _init(rank, port)
@@ -73,7 +73,7 @@ def _sync_worker(rank: int, port: int, tiny_dir: str, out: str) -> None:
         _update(actor, rollouts, adv, 0, 8, (None, 1))
         named = actor.named_weights()
     engine = HFEngine(tiny_dir)
-    engine.update_weights(broadcast_weights(named, 0, dist.group.WORLD, 2))
+    engine.update_weights(WeightChannel(0, dist.group.WORLD, 2).transfer(named))
     greedy = Sampling(max_new_tokens=10, temperature=0.0, seeds=(0, 0), eos_token_id=3, pad_token_id=1)
     result = {"checksum": engine.weights_checksum(), "greedy": engine.generate([[5, 6, 7], [40, 41]], greedy)}
     if rank == 0:

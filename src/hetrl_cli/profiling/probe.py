@@ -101,12 +101,17 @@ def own_cgroup_dirs(controller: str, root: Path = Path("/sys/fs/cgroup")) -> lis
     return [d for d in unique if d.is_dir()]
 
 
+def affinity_cores() -> int:
+    """Cores this process's affinity mask allows (all of them where the platform has no mask)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def usable_cores() -> float:
     """Cores this process may use: affinity mask, capped by a cgroup quota (fractional)."""
-    try:
-        cores: float = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
+    cores: float = affinity_cores()
     quota = cgroup_cpu_limit()
     if quota is not None:
         cores = min(cores, quota)
@@ -198,11 +203,7 @@ def _timed_loop(step: Any, seconds: float, sync: Any = None, sustained: bool = F
 def cpu_quota_binds() -> bool:
     """Whether a cgroup CPU quota gives this process less than the cores its affinity mask allows."""
     quota = cgroup_cpu_limit()
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        affinity = os.cpu_count() or 1
-    return quota is not None and quota < affinity
+    return quota is not None and quota < affinity_cores()
 
 
 def cpu_matmul_gflops(torch: Any | None, n: int, seconds: float, sustained: bool = False) -> float:

@@ -132,13 +132,6 @@ SYNC_CHUNK_BYTES = 1 << 20
 """The relay chain forwards the weights in chunks of this size, so the hops after the first overlap it."""
 
 
-def broadcast_weights(
-    named: Iterable[tuple[str, Tensor]] | None, src: int, group: Any, size: int, chain: list[int] | None = None
-) -> list[tuple[str, Tensor]]:
-    """Broadcast HF-named tensors from global rank `src` to the group (one WeightChannel transfer)."""
-    return WeightChannel(src, group, size, chain).transfer(named)
-
-
 class WeightChannel:
     """One weight-sync group. The first transfer sends names and shapes, later ones only the flat buffer,
     relayed along `chain` (global ranks, `src` first; Layout.sync_chain) or, without one, one collective.

@@ -122,7 +122,6 @@ class Worker:
 
         self.records = load_records(wl.dataset.kind, wl.dataset.path, wl.seed)
         self.pending: list[Rollout] = []
-        self.actor_weights: list[tuple[str, Any]] | None = None
         self.synced_checksum: str | None = None
         """Checksum of the actor weights last sent to generation (--verify-weights, on the leader)."""
         self.channels: dict[str, comm.WeightChannel] = {}
@@ -468,15 +467,15 @@ class Worker:
         it. A generation engine on a rank that holds a whole training replica itself (the leader's, or any
         one-rank replica colocated with one-rank generation) is updated in place from its own tensors, with no
         transfer. `wait=False`: the leader returns with its sends on the wire (overlapped async)."""
-        self.actor_weights = None
+        gathered = None
         if self.actor is not None and self.in_first_replica("actor_train"):
-            self.actor_weights = self.actor.named_weights()
+            gathered = self.actor.named_weights()
             if self.manifest.verify_weights and self.leads("actor_train"):
                 from hetrl_cli.runtime.engines import checksum_named
 
-                self.synced_checksum = checksum_named(self.actor_weights)  # what generation holds from now on
+                self.synced_checksum = checksum_named(gathered)  # what generation holds from now on
         engine = self.generator.engine.update_weights if self.generator is not None else None
-        self._sync("actor_train", "generation", self.actor, self.actor_weights, engine, wait)
+        self._sync("actor_train", "generation", self.actor, gathered, engine, wait)
 
     def sync_critic(self) -> None:
         """PPO: the critic_train leader's weights to the critic_inference ranks (blocking; none in one group)."""
