@@ -60,7 +60,8 @@ def test_training_time_by_hand(one_a100, grpo_small: Workload) -> None:
     est = cm.task(dp_placement("actor_train", ["a0/0"]))
     a = BUILTIN["qwen3-0.6b"]
     tokens = 64 * (256 + 128)
-    compute = tokens * 3 * a.forward_flops_per_token((256 + 128) / 2) / (A100_FLOPS * C.TRAIN_MFU)
+    # fwd + bwd (3 forwards) plus the old log-probs' forward before the update
+    compute = tokens * (3 + 1) * a.forward_flops_per_token((256 + 128) / 2) / (A100_FLOPS * C.TRAIN_MFU)
     optimizer = a.param_count() * (2 + 2 * 12 + 2) / A100_BPS
     assert est.cost.compute_s == pytest.approx(compute, rel=1e-9)
     assert est.cost.total_s == pytest.approx(compute + optimizer, rel=1e-9)

@@ -116,6 +116,9 @@ class _DevClass:
     host_slowdown: float = 1.0
     """How much slower than one full core this device's host runs the per-step Python and launch work:
     1 / min(1, cores) for a CPU device under a cgroup quota, 1 where the profile records no core count."""
+    opt_Bps: float = 0.0
+    """The memory traffic rate of the optimizer step (mem_Bps × the calibrated `optimizer` factor): an
+    elementwise update, bandwidth-bound when fused on a GPU, bound by unfused element work on a CPU."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,8 @@ class _Stage:
     hosts: tuple[str, ...]
     link: LinkInfo
     missing_flops: bool
+    opt_Bps: float = 0.0
+    """The optimizer step's traffic rate per device (slowest member)."""
 
 
 @dataclass
@@ -170,15 +175,17 @@ def host_slowdown(device) -> float:
     return 1.0
 
 
-def _stage_parts(per_stage, mb_tok: float, mult: float, msg: float) -> list[tuple[float, float, float]]:
-    """(compute, TP all-reduces, send to the next stage) seconds of one micro-batch per pipeline stage, from
-    _fwd_static's per-stage inputs: _fwd_replica's stage times, also what _refine_split balances."""
+def _stage_parts(per_stage, mb_tok: float, mult: float, msg: float, passes) -> list[tuple[float, float, float]]:
+    """(compute, TP all-reduces, send to the next stage) seconds of one micro-batch per pipeline stage over
+    all its passes (_fwd_static's `passes`), from _fwd_static's per-stage inputs: _fwd_replica's stage times,
+    also what _refine_split balances."""
+    p_compute, p_tp, p_p2p = passes
     out = []
     for fpt, c_den, ar_mult, tp, ar_link, p2p_mult, hop in per_stage:
         c = mb_tok * mult * fpt / c_den
         tpc = ar_mult * allreduce_s(msg, tp, ar_link)
         hop_s = 0.0 if hop is None else p2p_mult * p2p_s(msg, hop)
-        out.append((c, tpc, hop_s))
+        out.append((p_compute * c, p_tp * tpc, p_p2p * hop_s))
     return out
 
 
@@ -235,6 +242,7 @@ class CostModel:
                 except KeyError:
                     flops = 0.0
                 mem_Bps = d.memory_gbps * 1e9 * cal.get("memory", 1.0)
+                opt_Bps = mem_Bps * cal.get("optimizer", 1.0)
                 index[key] = len(self.classes)
                 self.classes.append(
                     _DevClass(
@@ -246,6 +254,7 @@ class CostModel:
                         mem_Bps,
                         d.memory_bytes,
                         host_slowdown(d),
+                        opt_Bps,
                     )
                 )
             else:
@@ -745,6 +754,7 @@ class CostModel:
             hosts=hosts,
             link=link,
             missing_flops=any(c.compute_Fps <= 0 for c in cls),
+            opt_Bps=min(c.opt_Bps for c in cls),
         )
         self._stage_cache[classes] = st
         return st
@@ -858,8 +868,8 @@ class CostModel:
         usable = [st.memory_bytes * C.USABLE_MEMORY_FRACTION for st in stages]
 
         def times(ls: list[int]) -> list[float]:
-            per_stage, _labels, _pp_label, _epochs, mult, _mb, _h = self._fwd_static(task, stages, tuple(ls))
-            return [c + tpc + hop_s for c, tpc, hop_s in _stage_parts(per_stage, mb_tok, mult, msg)]
+            per_stage, _labels, _pp_label, passes, mult, _mb, _h = self._fwd_static(task, stages, tuple(ls))
+            return [c + tpc + hop_s for c, tpc, hop_s in _stage_parts(per_stage, mb_tok, mult, msg, passes)]
 
         def total(t: list[float]) -> float:
             return m * max(t) + sum(t) - max(t)
@@ -1153,20 +1163,20 @@ class CostModel:
         g = self._static_cache.get(key)
         if g is None:
             g = self._static_cache[key] = self._fwd_static(task, stages, split)
-        per_stage, labels, pp_label, epochs, mult, micro_batch, h = g
+        per_stage, labels, pp_label, passes, mult, micro_batch, h = g
         m = max(1, math.ceil(n_seq / micro_batch - 1e-9))
         mb_tok = n_seq * self.seq_mean / m
         msg = mb_tok * h * self.act_bytes
-        parts_t = _stage_parts(per_stage, mb_tok, mult, msg)
+        parts_t = _stage_parts(per_stage, mb_tok, mult, msg, passes)
         times = [c + tpc + hop_s for c, tpc, hop_s in parts_t]
         pp = len(per_stage)
         crit = max(range(pp), key=times.__getitem__) if pp > 1 else 0
         c, tpc, hop_s = parts_t[crit]
         terms = {
-            "compute": epochs * m * c,
-            "tp_comm": epochs * m * tpc,
-            "pp_p2p": epochs * m * hop_s,
-            "bubble": epochs * (sum(times) - times[crit]),
+            "compute": m * c,
+            "tp_comm": m * tpc,
+            "pp_p2p": m * hop_s,
+            "bubble": sum(times) - times[crit],
         }
         links = {"tp_comm": labels[crit]}
         if pp_label is not None:
@@ -1199,6 +1209,11 @@ class CostModel:
             n_p2p = 2  # activation forward, its gradient backward
         else:
             mult, mfu, n_ar, n_p2p = 1.0, C.INFERENCE_MFU, 2, 1
+        # passes of (compute and bubble, TP all-reduces, stage sends), in units of one training (inference) pass;
+        # actor_train first runs one forward of its batch on the training layout for the old log-probs
+        passes = (epochs, epochs, epochs)
+        if task == "actor_train":
+            passes = (epochs + 1 / mult, epochs + 2 / n_ar, epochs + 1 / n_p2p)
         per_stage = []
         for p, st in enumerate(stages):
             last = p == pp - 1
@@ -1215,7 +1230,7 @@ class CostModel:
             )
         labels = [st.link.label for st in stages]
         pp_label = self._stage_link(stages[0], stages[1]).label if pp > 1 else None
-        return per_stage, labels, pp_label, epochs, mult, w.micro_batch, arch.hidden_size
+        return per_stage, labels, pp_label, passes, mult, w.micro_batch, arch.hidden_size
 
     def _fwd_memory(self, task, stages, split, m, offload, names, dp) -> tuple[list[float], list[str], float]:
         """Peak bytes per stage, what they are, and the weight reload time of an offloaded inference task."""
@@ -1290,7 +1305,7 @@ class CostModel:
         for r, rep in enumerate(stages):
             for p, st in enumerate(rep):
                 params_dev = self._stage_params(arch, head, splits[r], p) / st.tp / shard
-                opt_s = max(opt_s, params_dev * traffic / st.mem_Bps)
+                opt_s = max(opt_s, params_dev * traffic / st.opt_Bps)
                 if offload:
                     off_s = max(off_s, 2 * params_dev * optimizer_bytes_per_param(w) / C.HOST_DEVICE_Bps)
         terms["optimizer"] = epochs * opt_s
