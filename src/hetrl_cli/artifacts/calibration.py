@@ -63,6 +63,9 @@ class DeviceFactors(Strict):
     """Multiplies the profile's FLOP/s (on top of the MFU priors in costmodel/constants.py)."""
     memory: float = Field(1.0, gt=0)
     """Multiplies the profile's memory bandwidth."""
+    optimizer: float = Field(1.0, gt=0)
+    """Multiplies the rate (on top of `memory`) the optimizer step moves its bytes at: an elementwise update
+    that a fused GPU kernel streams at HBM speed and a CPU runs element by element."""
 
 
 class LinkFactors(Strict):

@@ -1,10 +1,11 @@
 """`fit_calibration(runs, profile) -> Calibration`: the cost model's factors fitted from measured runs.
 
 Method (docs/calibration.md). The uncalibrated model splits each task's seconds into terms; calibration
-divides the compute terms (compute, bubble) by the device class's `compute` factor, the memory terms (memory,
-optimizer) by its `memory` factor, multiplies the communication terms by a link kind's time factor, and adds
-a per-task fixed overhead. So a prediction is linear in the unknowns x = (1/compute, 1/memory, link time,
-overhead seconds):
+divides the compute terms (compute, bubble) by the device class's `compute` factor, the memory term by its
+`memory` factor, the optimizer step by its rate (`memory` × `optimizer`: elementwise work, streamed by a
+fused GPU kernel, element by element on a CPU), multiplies the communication terms by a link kind's time
+factor, and adds a per-task fixed overhead. So a prediction is linear in the unknowns x = (1/compute,
+1/memory, 1/optimizer rate, link time, overhead seconds):
 
     predicted(run, task) = fixed + Σ_k coefficient_k · x_k
 
@@ -29,11 +30,13 @@ from hetrl_cli.errors import BadInput
 
 METHOD = (
     "non-negative least squares on relative residuals of the linearised cost model: "
-    "1/compute, 1/memory per device class, a time factor per link kind, fixed seconds per task, "
+    "1/compute, 1/memory, 1/optimizer-step rate per device class, a time factor per link kind, "
+    "fixed seconds per task, "
     "a factor on the built-in per-step host costs"
 )
 COMPUTE_TERMS = ("compute", "bubble")
-MEMORY_TERMS = ("memory", "optimizer")
+MEMORY_TERMS = ("memory",)
+OPTIMIZER_TERMS = ("optimizer",)
 COMM_TERMS = ("tp_comm", "pp_p2p", "dp_allreduce")
 PRIOR_WEIGHT = 0.05
 """Ridge weight pulling each unknown to its prior, in relative-error units: a factor moves off 1 only when
@@ -107,8 +110,8 @@ def _design(observations) -> tuple[list[tuple[str, str]], np.ndarray, np.ndarray
             if seconds == 0:
                 continue
             kind = link_kind(links.get(term, "")) if term in COMM_TERMS else None
-            if term in COMPUTE_TERMS + MEMORY_TERMS and classes:
-                what = "compute" if term in COMPUTE_TERMS else "memory"
+            if term in COMPUTE_TERMS + MEMORY_TERMS + OPTIMIZER_TERMS and classes:
+                what = "compute" if term in COMPUTE_TERMS else "memory" if term in MEMORY_TERMS else "optimizer"
                 for name in classes:  # a task on several device classes: its terms split evenly between them
                     c = col((what, name))
                     coef[c] = coef.get(c, 0.0) + seconds / len(classes)
@@ -186,11 +189,14 @@ def _factors(keys, x: np.ndarray) -> dict:
         if what == "overhead_factor":  # a multiplier itself, not an inverse rate
             cal["overhead_factor"][name] = min(hi, max(lo, float(value)))
             continue
-        factor = min(hi, max(lo, 1.0 / value if value > 0 else hi))
-        if what == "link":  # time × t  ⇔  bandwidth ÷ t and latency × t
-            cal["link_class"][name] = {"bandwidth": 1.0 / factor, "latency": factor}
-        else:
-            cal["device_class"].setdefault(name, {})[what] = factor
+        if what == "link":  # the unknown is the time multiplier t: time × t  ⇔  bandwidth ÷ t and latency × t
+            t = min(hi, max(lo, float(value)))
+            cal["link_class"][name] = {"bandwidth": 1.0 / t, "latency": t}
+            continue
+        cal["device_class"].setdefault(name, {})[what] = min(hi, max(lo, 1.0 / value if value > 0 else hi))
+    for factors in cal["device_class"].values():  # the fitted rate is memory × optimizer
+        if "optimizer" in factors:
+            factors["optimizer"] = min(hi, max(lo, factors["optimizer"] / factors.get("memory", 1.0)))
     return cal
 
 
