@@ -602,6 +602,8 @@ def merge_reports(layout: Layout, step: int, reports: list[dict[str, Any]], step
         line["vf_loss"] = sum(c["vf_loss_sum"] for c in critic) / (sum(c["vf_tokens"] for c in critic) or 1.0)
     line["weight_sync_s"] = seconds.pop("weight_sync", 0.0)
     line["seconds"] = seconds
+    # each device's own phase seconds: which replica of a task is its straggler (the max above hides it)
+    line["device_seconds"] = {layout.devices[rep["rank"]]: rep["seconds"] for rep in reports}
     line["tokens_per_s"] = line.get("response_tokens", 0) / step_s if step_s > 0 else 0.0
     if seconds.get("generation"):
         line["generation_tokens_per_s"] = line.get("response_tokens", 0) / seconds["generation"]
