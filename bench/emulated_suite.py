@@ -36,7 +36,7 @@ from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.profile import ClusterProfile
 from hetrl_cli.artifacts.workload import Workload
 from hetrl_cli.calibration.candidates import scored_plan
-from hetrl_cli.calibration.fit import fit_calibration
+from hetrl_cli.calibration.fit import COMM_TERMS, fit_calibration, link_kind
 from hetrl_cli.calibration.validate import load_run, validate_run
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.costmodel.simulate import rescore
@@ -263,12 +263,36 @@ def _device_facts(profile: ClusterProfile, device_id: str) -> dict:
     return {"cores": d.cores, "gflops_fp32": round(d.measured_tflops.get("fp32", 0) * 1e3, 1)}
 
 
+def link_kinds(plan: Plan, profile: ClusterProfile) -> tuple[str, ...]:
+    """The link kinds a plan's tasks communicate over (TP, PP, DP terms the cost model charges)."""
+    model = CostModel(profile, plan.workload)
+    estimate = model.evaluate(*model.placement_from_plan(plan))
+    kinds = {
+        link_kind(est.links.get(term, ""))
+        for est in estimate.tasks.values()
+        for term in COMM_TERMS
+        if est.terms.get(term)
+    }
+    return tuple(sorted(k for k in kinds if k))
+
+
+def stratified(runs: list[dict], profile: ClusterProfile) -> list[str]:
+    """Layouts ordered by the link kinds they use, so that alternating them gives each fold's fit every link
+    kind the other fold is scored on (a factor a fold never exercised stays at its prior: that would measure
+    the prior, not calibration)."""
+    first = {}
+    for r in runs:
+        first.setdefault(r["layout"], r["run_dir"])
+    kinds = {key: link_kinds(load_run(run_dir)[0], profile) for key, run_dir in first.items()}
+    return sorted(first, key=lambda key: kinds[key])
+
+
 def analyse(result: dict, profile: ClusterProfile) -> None:
     """Per plan the median over rounds; cross-fitted calibration; errors before/after; speedups; Spearman."""
     ok = [r for r in result["runs"] if r["status"] == "completed"]
     if not ok:
         return
-    keys = list(dict.fromkeys(r["layout"] for r in ok))
+    keys = stratified(ok, profile)
     fold_a = set(keys[0::2])
     result["folds"] = {"A": sorted(fold_a), "B": sorted(set(keys) - fold_a)}
     fits = {}
@@ -280,8 +304,9 @@ def analyse(result: dict, profile: ClusterProfile) -> None:
     rows = []
     for r in ok:
         fold = "A" if r["layout"] in fold_a else "B"
-        before = validate_run(r["run_dir"], WARMUP, write=False)
         plan, _ = load_run(r["run_dir"])
+        # the cost model as it is now, uncalibrated (a plan.json holds what the model said when it was planned)
+        before = validate_run(r["run_dir"], WARMUP, scored=rescore(plan, profile), predictions="current", write=False)
         after = before
         if fold in fits:
             scored = rescore(plan, profile, calibration=fits[fold].factors())
