@@ -220,6 +220,7 @@ class CostModel:
         self._split_cache: dict[tuple, tuple[int, ...]] = {}
         self._rep_cache: dict[tuple, _Rep] = {}
         self._static_cache: dict[tuple, tuple] = {}
+        self._consts_cache: dict[str, tuple] = {}
         self._shape_cache: dict[tuple, tuple] = {}
         self._others_cache: dict[tuple, tuple[float, dict[str, float] | None]] = {}
         self._low_cache: dict[tuple, tuple[str, float]] = {}
@@ -867,16 +868,29 @@ class CostModel:
         alone = frozenset({task})
         usable = [st.memory_bytes * C.USABLE_MEMORY_FRACTION for st in stages]
 
+        consts = self._fwd_consts(task)
+        mult, passes = consts[3], consts[7]
+        seconds: dict[tuple[int, int], float] = {}  # a stage's time depends on its position and layers only
+        fitting: dict[tuple[int, int], bool] = {}  # and so does its memory
+
+        def stage_s(p: int, layers_p: int) -> float:
+            if (p, layers_p) not in seconds:
+                row = self._stage_row(task, stages, p, layers_p, consts)
+                c, tpc, hop_s = _stage_parts([row], mb_tok, mult, msg, passes)[0]
+                seconds[(p, layers_p)] = c + tpc + hop_s
+            return seconds[(p, layers_p)]
+
         def times(ls: list[int]) -> list[float]:
-            per_stage, _labels, _pp_label, passes, mult, _mb, _h = self._fwd_static(task, stages, tuple(ls))
-            return [c + tpc + hop_s for c, tpc, hop_s in _stage_parts(per_stage, mb_tok, mult, msg, passes)]
+            return [stage_s(p, n) for p, n in enumerate(ls)]
 
         def total(t: list[float]) -> float:
             return m * max(t) + sum(t) - max(t)
 
         def fits(ls: list[int], stage: int) -> bool:
-            stage_bytes = self._fwd_memory(task, stages, tuple(ls), m, False, alone, 1)[0]
-            return stage_bytes[stage] <= usable[stage]
+            if (stage, ls[stage]) not in fitting:
+                stage_bytes = self._stage_memory(task, stages, tuple(ls), stage, m, False, alone, 1)[0]
+                fitting[(stage, ls[stage])] = stage_bytes <= usable[stage]
+            return fitting[(stage, ls[stage])]
 
         current = times(layers)
         for _ in range(self.arch[task].num_layers):
@@ -1195,11 +1209,22 @@ class CostModel:
 
     def _fwd_static(self, task, stages, split) -> tuple:
         """The batch-independent timing inputs of _fwd_replica, per stage."""
+        consts = self._fwd_consts(task)
+        per_stage = [self._stage_row(task, stages, p, split[p], consts) for p in range(len(stages))]
+        labels = [st.link.label for st in stages]
+        pp_label = self._stage_link(stages[0], stages[1]).label if len(stages) > 1 else None
+        passes, mult = consts[7], consts[3]
+        return per_stage, labels, pp_label, passes, mult, self.workload.micro_batch, self.arch[task].hidden_size
+
+    def _fwd_consts(self, task) -> tuple:
+        """(arch, head, attention context, pass multiple, MFU, TP all-reduces and stage sends per layer pass,
+        passes) of a forward task: what every stage's timing row shares."""
+        hit = self._consts_cache.get(task)
+        if hit is not None:
+            return hit
         arch = self.arch[task]
-        head = HEAD[task]
         w = self.workload
         train = task in TRAIN_TASKS
-        pp = len(stages)
         ctx = self.seq_mean / 2  # causal: a token attends to half the sequence on average
         epochs = w.ppo_epochs if train else 1
         if train:
@@ -1214,51 +1239,58 @@ class CostModel:
         passes = (epochs, epochs, epochs)
         if task == "actor_train":
             passes = (epochs + 1 / mult, epochs + 2 / n_ar, epochs + 1 / n_p2p)
-        per_stage = []
-        for p, st in enumerate(stages):
-            last = p == pp - 1
-            per_stage.append(
-                (
-                    self._stage_flops_per_token(arch, head, split[p], last, ctx),
-                    st.compute_Fps * mfu,
-                    n_ar * split[p],
-                    st.tp,
-                    st.link,
-                    n_p2p,
-                    None if last else self._stage_link(st, stages[p + 1]),
-                )
-            )
-        labels = [st.link.label for st in stages]
-        pp_label = self._stage_link(stages[0], stages[1]).label if pp > 1 else None
-        return per_stage, labels, pp_label, passes, mult, w.micro_batch, arch.hidden_size
+        hit = self._consts_cache[task] = (arch, HEAD[task], ctx, mult, mfu, n_ar, n_p2p, passes)
+        return hit
+
+    def _stage_row(self, task, stages, p: int, layers: int, consts: tuple) -> tuple:
+        """Stage p's timing inputs with `layers` layers (_stage_parts' row): they depend on nothing else of
+        the split."""
+        arch, head, ctx, _mult, mfu, n_ar, n_p2p, _passes = consts
+        st = stages[p]
+        last = p == len(stages) - 1
+        return (
+            self._stage_flops_per_token(arch, head, layers, last, ctx),
+            st.compute_Fps * mfu,
+            n_ar * layers,
+            st.tp,
+            st.link,
+            n_p2p,
+            None if last else self._stage_link(st, stages[p + 1]),
+        )
 
     def _fwd_memory(self, task, stages, split, m, offload, names, dp) -> tuple[list[float], list[str], float]:
         """Peak bytes per stage, what they are, and the weight reload time of an offloaded inference task."""
+        stage_bytes, parts = [], []
+        load_s = 0.0
+        for p in range(len(stages)):
+            b, what, reload_s = self._stage_memory(task, stages, split, p, m, offload, names, dp)
+            stage_bytes.append(b)
+            parts.append(what)
+            load_s = max(load_s, reload_s)
+        return stage_bytes, parts, load_s
+
+    def _stage_memory(self, task, stages, split, p, m, offload, names, dp) -> tuple[float, str, float]:
+        """Stage p's peak bytes, what they are, and its weight reload seconds (offloaded inference); of the
+        split only its length and split[p] matter."""
         arch = self.arch[task]
         head = HEAD[task]
         w = self.workload
-        train = task in TRAIN_TASKS
-        pp = len(stages)
+        st = stages[p]
         mb_tok_max = w.micro_batch * self.seq_max
-        stage_bytes, parts = [], []
+        params_dev = self._stage_params(arch, head, split, p) / st.tp
+        if task in TRAIN_TASKS:
+            b, what = self._train_stage_bytes(arch, head, split, p, st, params_dev, m, mb_tok_max, dp, offload)
+            return b, what, 0.0
         wb = weight_bytes_per_param(w)
         shares_trainer = task == "critic_inference" and "critic_train" in names  # runs on the trainer's weights
         load_s = 0.0
-        for p, st in enumerate(stages):
-            last = p == pp - 1
-            params_dev = self._stage_params(arch, head, split, p) / st.tp
-            if train:
-                b, what = self._train_stage_bytes(arch, head, split, p, st, params_dev, m, mb_tok_max, dp, offload)
-            else:
-                wts = 0.0 if shares_trainer else params_dev * wb
-                if not shares_trainer and not weights_resident(task, names, offload):
-                    load_s = max(load_s, params_dev * wb / C.HOST_DEVICE_Bps)
-                work = mb_tok_max * arch.activation_bytes_per_token_layer(st.tp, False)
-                logits = mb_tok_max * arch.vocab_size / st.tp * C.LOGITS_BYTES_PER_ENTRY if last and head == "lm" else 0
-                b, what = wts + work + logits, "activations" if shares_trainer else "weights + activations"
-            stage_bytes.append(b)
-            parts.append(what)
-        return stage_bytes, parts, load_s
+        wts = 0.0 if shares_trainer else params_dev * wb
+        if not shares_trainer and not weights_resident(task, names, offload):
+            load_s = params_dev * wb / C.HOST_DEVICE_Bps
+        work = mb_tok_max * arch.activation_bytes_per_token_layer(st.tp, False)
+        last = p == len(stages) - 1
+        logits = mb_tok_max * arch.vocab_size / st.tp * C.LOGITS_BYTES_PER_ENTRY if last and head == "lm" else 0
+        return wts + work + logits, "activations" if shares_trainer else "weights + activations", load_s
 
     def _train_stage_bytes(self, arch, head, split, p, st, params_dev, m, mb_tok_max, dp, offload):
         """Peak bytes on a training stage's device: model states (ZeRO-sharded) + 1F1B activations + logits."""
