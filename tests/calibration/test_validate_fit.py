@@ -154,6 +154,33 @@ def test_fit_recovers_a_slow_link_kind_as_lower_bandwidth(tmp_path, profile) -> 
     assert cal.p90_abs_error_after < 0.05 < 0.5 < cal.p90_abs_error_before
 
 
+def test_fit_charges_a_remote_weight_sync_to_its_link_kind(tmp_path, profile) -> None:
+    """Generation on one device, training on the other, over a link 4x slower than profiled: the weight sync's
+    copy is on that link, so the fit puts it on the link's factor, as the calibrated model charges it (kept
+    as fixed seconds in the fit, it was still scaled by the fitted factor in the re-score)."""
+    hosts = [h.model_copy(update={"intra_link": h.intra_link.model_copy(update={"bandwidth_Bps": 5e7})})
+             for h in profile.hosts]  # fmt: skip
+    slow = profile.model_copy(update={"hosts": hosts, "fingerprint": None})
+    slow = slow.model_copy(update={"fingerprint": slow.compute_fingerprint()})
+    plans = candidate_plans(slow, load_workload(WORKLOAD), D0, D1)
+    model = CostModel(slow, plans["gen|ref+train"].workload)
+    groups, placements = model.placement_from_plan(plans["gen|ref+train"])
+    ((role, train, infer),) = model.weight_syncs(placements, groups)
+    local_s, remote_s, label, tensors_s, _ = model.weight_sync_parts(train, infer, role)
+    assert local_s == 0 and remote_s > tensors_s  # the copy over the link is most of the sync
+    kind = link_kind(label)
+    truth = {**TRUE, "link_class": {kind: {"bandwidth": 1 / 4, "latency": 4.0}}}
+    runs = []
+    for name in ("single", "colocated-50", "gen|ref+train", "gen+ref|train", "gen+train|ref"):
+        path = fake_run(tmp_path / name.replace("|", "_"), plans[name], truth, slow, warmup_s=0.0)
+        runs.append((name, plans[name], [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]))
+    cal = fit_calibration(runs, slow, warmup=1)
+    remote = [r for r in cal.residuals if r.task == "weight_sync" and r.run_id in ("gen|ref+train", "gen+ref|train")]
+    assert remote and all(abs(r.error_before) > 0.5 for r in remote)
+    assert all(abs(r.error_after) < 0.05 for r in remote)
+    assert cal.link_class[kind].bandwidth < 1 / 2
+
+
 def test_fit_lowers_the_built_in_host_costs_where_a_runtime_does_less(tmp_path, plans, profile) -> None:
     """The truth's per-tensor weight-sync cost is a tenth of the built-in constant and its decode steps cost
     1.5x: overhead_factor recovers both (an additive overhead alone could not go below the constant)."""

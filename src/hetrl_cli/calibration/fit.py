@@ -87,12 +87,34 @@ def _observations(runs: list[Run], profile: ClusterProfile, warmup: int):
                 m = float(np.median(measured[task]))
                 out.append((run_id, task, m, dict(est.terms), dict(est.links), classes, scale))
         if measured.get("weight_sync"):
-            syncs = model.weight_syncs(placements, groups)
-            tensors = sum(model.weight_sync_tensor_s(train, infer, role) for role, train, infer in syncs)
-            ws = {"transfer": estimate.weight_sync_s - tensors, "overhead": tensors}
-            scale = sum(model.overhead_scale((*train, *infer)) for _role, train, infer in syncs)
-            out.append((run_id, "weight_sync", float(np.median(measured["weight_sync"])), ws, {}, [], scale))
+            terms, links, classes, scale = _weight_sync_terms(model, model.weight_syncs(placements, groups), names)
+            out.append((run_id, "weight_sync", float(np.median(measured["weight_sync"])), terms, links, classes, scale))
     return out
+
+
+def _weight_sync_terms(model, syncs, names: dict[str, str]) -> tuple[dict, dict, list[str], float]:
+    """A plan's weight syncs as fit terms, the way the calibrated model charges them: each sync's slower part
+    (the local reshard: a `memory` term of its devices' classes; the remote copies: a `sync` term on its
+    bottleneck link's kind), the per-tensor host part (`overhead`, scaled by overhead_factor), and the
+    factor on a fitted fixed overhead (summed over the syncs)."""
+    terms: dict[str, float] = {"memory": 0.0, "overhead": 0.0}
+    links: dict[str, str] = {}
+    classes: set[str] = set()
+    scale = 0.0
+    for i, (role, train, infer) in enumerate(syncs):
+        parts = model.weight_sync_parts(train, infer, role)
+        if parts is None:
+            continue
+        local_s, remote_s, label, tensors_s, _host_s = parts
+        if local_s >= remote_s:
+            terms["memory"] += local_s
+            classes |= {names[d] for d in infer if d in set(train) and d in names}
+        else:
+            terms[f"sync {i}"] = remote_s
+            links[f"sync {i}"] = label
+        terms["overhead"] += tensors_s
+        scale += model.overhead_scale((*train, *infer))
+    return terms, links, sorted(classes), scale
 
 
 def _design(observations) -> tuple[list[tuple[str, str]], np.ndarray, np.ndarray]:
@@ -109,7 +131,7 @@ def _design(observations) -> tuple[list[tuple[str, str]], np.ndarray, np.ndarray
         for term, seconds in terms.items():
             if seconds == 0:
                 continue
-            kind = link_kind(links.get(term, "")) if term in COMM_TERMS else None
+            kind = link_kind(links.get(term, "")) if term in COMM_TERMS or term.startswith("sync") else None
             if term in COMPUTE_TERMS + MEMORY_TERMS + OPTIMIZER_TERMS and classes:
                 what = "compute" if term in COMPUTE_TERMS else "memory" if term in MEMORY_TERMS else "optimizer"
                 for name in classes:  # a task on several device classes: its terms split evenly between them

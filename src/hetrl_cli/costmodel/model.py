@@ -1375,11 +1375,6 @@ class CostModel:
         return intra_s + inter_s, label
 
     # ---- weight sync and transfers --------------------------------------------------------------------------
-    def weight_sync_tensor_s(self, train: Sequence[str], gen: Sequence[str], role: str = "actor") -> float:
-        """The per-tensor host part of weight_sync_s (WEIGHT_SYNC_PER_TENSOR_S × tensors × factors): what the
-        calibration's overhead_factor['weight_sync'] scales."""
-        return self._weight_sync(tuple(train), tuple(gen), role)[2]
-
     def _weight_sync(self, train: tuple[str, ...], gen: tuple[str, ...], role: str) -> tuple[float, str, float]:
         """_weight_sync_uncached, cached by (train, gen, role)."""
         key = (train, gen, role)
@@ -1394,7 +1389,19 @@ class CostModel:
         self, train: tuple[str, ...], gen: tuple[str, ...], role: str
     ) -> tuple[float, str, float]:
         """The role's trained weights (workload precision) to every device of its inference task, once per step:
-        (seconds, the bottleneck's label, the per-tensor host part of the seconds).
+        (seconds, the bottleneck's label, the per-tensor host part of the seconds) from weight_sync_parts:
+        the slower of the local reshard and the remote copies, plus the host part."""
+        parts = self.weight_sync_parts(train, gen, role)
+        if parts is None:
+            return 0.0, "", 0.0
+        local_s, remote_s, label, tensors_s, host_s = parts
+        return max(local_s, remote_s) + host_s, label, tensors_s
+
+    def weight_sync_parts(
+        self, train: Sequence[str], gen: Sequence[str], role: str
+    ) -> tuple[float, float, str, float, float] | None:
+        """(local reshard seconds, remote copy seconds, the remote bottleneck's label or "local reshard",
+        the per-tensor host seconds, all host seconds) of one weight sync; None when it moves nothing.
 
         Colocated devices: a local reshard (LOCAL_RESHARD_PASSES over HBM; an all-gather first under ZeRO-3).
         Other devices: a pipelined broadcast tree over regions (_broadcast_tree_s).
@@ -1406,7 +1413,7 @@ class CostModel:
         known_t = [d for d in train if d in self.device_class]
         known_g = [d for d in gen if d in self.device_class]
         if arch is None or not known_t or not known_g:
-            return 0.0, "", 0.0
+            return None
         nbytes = arch.param_count(head) * weight_bytes_per_param(self.workload)
         tset = set(known_t)
         local = [d for d in known_g if d in tset]
@@ -1426,7 +1433,7 @@ class CostModel:
         scale = self.overhead_scale((*known_t, *known_g))
         tensors_s = arch.tensor_count(head) * C.WEIGHT_SYNC_PER_TENSOR_S * self.overhead_factor.get("weight_sync", 1.0)
         host_s = (tensors_s + self.task_overhead_s.get("weight_sync", 0.0)) * scale
-        return max(local_s, remote_s) + host_s, label, tensors_s * scale
+        return local_s, remote_s, label, tensors_s * scale, host_s
 
     def _broadcast_tree_s(self, train: Sequence[str], gen: Sequence[str], nbytes: float) -> tuple[float, str]:
         """Pipelined broadcast tree from the training hosts to the generation devices, region by region.
