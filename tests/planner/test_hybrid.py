@@ -67,20 +67,18 @@ def test_baselines_pass_uniform_shares():
 
 def test_constructive_split_and_rebalance(tiny_profile):
     """The constructive split uses every device with at least one block per group; rebalancing keeps every
-    group non-empty; the quick tables share the full ones' task cache."""
+    group non-empty."""
     import random
 
     from hetrl_cli.planner.hybrid import Budget, Hybrid
     from hetrl_cli.planner.space import groupings
 
     w = workload("grpo", "sync")
-    full = Tables(CostModel(tiny_profile, w), tiny_profile, w)
-    quick = full.variant(depths=1, joint_keep=1)
-    assert quick._task is full._task and quick.depths == 1 and full.depths == 3
-    search = Hybrid(quick, 0, full=full)
+    tables = Tables(CostModel(tiny_profile, w), tiny_profile, w)
+    search = Hybrid(tables, 0)
     unit = min(b.size for b in search.blocks)
     budget = Budget(None, 100)
-    for grouping in groupings(quick.tasks):
+    for grouping in groupings(tables.tasks):
         split = search.constructive(grouping, unit)
         if split is None:
             continue
@@ -99,7 +97,6 @@ def test_budget_stops_one_step_before_the_deadline():
     from hetrl_cli.planner.hybrid import STEP_RESERVE_SHARE, Budget
 
     budget = Budget(10.0, None)
-    budget.searching = False
     budget.count()
     time.sleep(0.3)
     budget.count()  # one step of at least 0.3 s
@@ -108,7 +105,6 @@ def test_budget_stops_one_step_before_the_deadline():
     budget.deadline = time.monotonic() + 5.0  # plenty left
     assert not budget.spent()
     slow = Budget(1.0, None)
-    slow.searching = False
     time.sleep(0.2)
     slow.count()  # an outlier step of 0.2 s: the reserve stays at 5 % of 1 s
     slow.deadline = time.monotonic() + 2 * STEP_RESERVE_SHARE * slow.budget_s

@@ -1,5 +1,6 @@
-"""The hybrid's class-plan screen: within its share of the budget, deterministic, its exactly scored plans
-are what `evaluate()` says, and it ranks every grouping that has class plans."""
+"""The hybrid's screen (planner/screen.py): within its share of the budget, deterministic, its exactly scored
+plans are what `evaluate()` says, its branch and bound is exact over its tables, and it beats every
+whole-class plan when it ends on its own."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import math
 import pytest
 
 from hetrl_cli.costmodel.model import CostModel
-from hetrl_cli.planner.hybrid import IDLE, SCREEN_CLASSES, SCREEN_SHARE, Budget, Hybrid
+from hetrl_cli.planner.hybrid import IDLE, Budget, Hybrid
+from hetrl_cli.planner.screen import MAX_ROWS, SCREEN_CLASSES, SCREEN_SHARE, Screen, _compose
 from hetrl_cli.planner.space import groupings
 from hetrl_cli.planner.tables import Tables
 
@@ -28,9 +30,8 @@ def test_screen_scores_within_its_share(tiny_profile, algorithm, mode):
     budget = Budget(None, 200)
     screened = search.screen(all_groupings, budget)
     assert budget.evals <= SCREEN_SHARE * 200 + 1
-    k = len(search.classes)
-    # every grouping that can give each group a class has an entry, ranked by a finite key
-    expected = {gi for gi, g in enumerate(all_groupings) if len(g) <= k}
+    # a grouping with more groups than blocks has no plan; every screened one has a finite key
+    expected = {gi for gi, g in enumerate(all_groupings) if len(g) <= len(search.blocks)}
     assert set(screened) <= expected
     assert screened and all(math.isfinite(s.key) for s in screened.values())
     check = Budget(None, None)
@@ -79,13 +80,18 @@ def test_screen_finds_the_best_whole_class_plan():
             assert best <= cand.score * (1 + 1e-9)
 
 
-def test_screen_skips_clusters_with_many_classes():
+def test_screen_skips_many_classes_and_too_many_rows():
+    """Over SCREEN_CLASSES classes, or over MAX_ROWS rows, there is no screen, and nothing is spent on one."""
     groups = [{"gpu": "L4", "gpus_per_node": 1, "nodes": 1, "region": f"r{i}"} for i in range(SCREEN_CLASSES + 1)]
-    search = _search(cluster("many", groups), "grpo", "sync")
-    assert len(search.classes) > SCREEN_CLASSES
-    budget = Budget(None, 50)
-    assert search.screen(groupings(search.tables.tasks), budget) == {}
-    assert budget.evals == 0
+    many = _search(cluster("many", groups), "grpo", "sync")
+    assert len(many.classes) > SCREEN_CLASSES
+    hosts = [{"gpu": gpu, "gpus_per_node": 1, "nodes": 64, "region": "r1"} for gpu in ("A100 80GB", "L4")]
+    rows = _search(cluster("rows", hosts), "grpo", "sync")
+    assert len(rows.classes) == 2 and MAX_ROWS < 65 * 65 - 1
+    for search in (many, rows):
+        budget = Budget(None, 50)
+        assert search.screen(groupings(search.tables.tasks), budget) == {}
+        assert budget.evals == 0
 
 
 def test_budget_within_counts_evaluations():
@@ -94,3 +100,91 @@ def test_budget_within_counts_evaluations():
     assert budget.within(0.4)
     budget.evals = 4
     assert not budget.within(0.4)
+
+
+def _rows_value(screen: Screen, gi: int, rows) -> float:
+    """A plan's value under the screen's tables, written out from compose() (the branch and bound's objective)."""
+    grouping = screen.groupings[gi]
+    phases = [dict(screen.table(s))[r] for s, r in zip(grouping, rows, strict=True)]
+    span = [max([f, *(p[i] for p in phases)]) for i, f in enumerate(screen.tables.floor)]
+    weight_sync = transfers = 0.0
+    gen = next(i for i, g in enumerate(grouping) if "generation" in g)
+    if "actor_train" in grouping[gen]:
+        weight_sync += screen.tables.same_group_weight_sync(screen.devices(rows[gen]))
+    for spec in screen.tables.pair_specs(grouping):
+        cost = screen.pair_cost(spec, rows[spec.src], rows[spec.dst])
+        if spec.weight_sync:
+            weight_sync += cost
+        else:
+            transfers += cost
+    overlap = screen.tables.workload.mode == "async" and ("generation",) in grouping
+    return _compose(span, weight_sync, transfers, overlap)
+
+
+@pytest.mark.parametrize(("algorithm", "mode"), [("grpo", "async"), ("ppo", "sync")])
+def test_branch_and_bound_is_exact_over_its_tables(tiny_profile, algorithm, mode):
+    """Every grouping's best plan equals the minimum over all row assignments that fit, by enumeration."""
+    search = _search(tiny_profile, algorithm, mode)
+    screen = Screen(search, groupings(search.tables.tasks), Budget(None, None))
+    assert screen.build_tables()
+    for gi, grouping in enumerate(screen.groupings):
+        rows = {s: [r for r, _ in screen.table(s)] for s in grouping}
+        best = math.inf
+        for combo in itertools.product(*(rows[s] for s in grouping)):
+            if all(sum(r[c] for r in combo) <= n for c, n in enumerate(screen.n_blocks)):
+                best = min(best, _rows_value(screen, gi, combo))
+        found = screen.best_plans(gi, set())
+        if not math.isfinite(best):
+            assert found == []
+            continue
+        assert found[0][0] == pytest.approx(best, rel=1e-12)
+        assert found[0][0] == pytest.approx(_rows_value(screen, gi, found[0][1]), rel=1e-12)
+        assert [v for v, _ in found] == sorted(v for v, _ in found)
+
+
+def test_exact_rows_score_what_evaluate_says():
+    """With its entries made exact, a plan's value under the screen's tables is evaluate()'s score (whole
+    sub-host blocks: the rows' realisation does not matter)."""
+    profile = cluster(
+        "three-hosts",
+        [
+            {"gpu": "A100 80GB", "gpus_per_node": 1, "nodes": 2, "region": "r1"},
+            {"gpu": "L4", "gpus_per_node": 1, "nodes": 2, "region": "r2"},
+        ],
+    )
+    search = _search(profile, "ppo", "async")
+    screen = Screen(search, groupings(search.tables.tasks), Budget(None, None))
+    assert screen.build_tables()
+    checked = 0
+    for gi, grouping in enumerate(screen.groupings):
+        for _, rows in screen.best_plans(gi, set()):
+            for subset, row in zip(grouping, rows, strict=True):
+                screen.make_exact(subset, row)
+            if any(dict(screen.table(s)).get(r) is None for s, r in zip(grouping, rows, strict=True)):
+                continue  # the group does not fit next to its mates there
+            cand = search.evaluate(grouping, screen.genome(rows), Budget(None, None))
+            assert _rows_value(screen, gi, rows) == pytest.approx(cand.score, rel=1e-9)
+            checked += 1
+    assert checked > 10
+
+
+def test_proxies_are_corrected_by_the_nearest_exact_row():
+    profile = cluster(
+        "six-hosts",
+        [
+            {"gpu": "A100 80GB", "gpus_per_node": 2, "nodes": 3, "region": "r1"},
+            {"gpu": "L4", "gpus_per_node": 2, "nodes": 3, "region": "r1"},
+        ],
+    )
+    search = _search(profile, "grpo", "sync")
+    screen = Screen(search, groupings(search.tables.tasks), Budget(None, None))
+    assert screen.build_tables()
+    subset = ("reference",)
+    row, near, far = (1, 1), (2, 1), (1, 0)
+    before = dict(screen.table(subset))
+    screen.make_exact(subset, row)
+    after = dict(screen.table(subset))
+    assert after[row] == screen.exact[(subset, row)]
+    ratio = sum(after[row]) / sum(screen.proxy(subset, row))
+    assert sum(after[near]) == pytest.approx(ratio * sum(before[near]), rel=1e-12)  # same classes: corrected
+    assert after[far] == before[far]  # other classes: no exact row to learn from

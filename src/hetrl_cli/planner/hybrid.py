@@ -4,11 +4,12 @@ arms) and L2 (device-count splits, the sub-arms), and a genetic search over L3 (
 - A *genome* gives every block of devices an owner group (or none). Blocks are whole sub-hosts on clusters
   of WHOLE_HOSTS_FROM sub-hosts or more, else half sub-hosts, so the genome space contains every ILP pool
   at `host` granularity (and more: blocks of one class spread over many groups).
-- A *screen* first (`screen`, within SCREEN_SHARE of the budget, on clusters of 2…SCREEN_CLASSES device
-  classes): each task alone on every union of whole classes; every grouping's class plans (each class to
-  one group or idle) bounded from those times plus the exact weight sync and transfers; from each
-  grouping's best class plan a hill climb on a rate proxy reaches plans that split classes; plans scored
-  exactly in increasing bound/proxy. It ranks the groupings (the arms) and seeds their first split.
+- A *screen* first (planner/screen.py, within SCREEN_SHARE of the budget, on clusters of 2…SCREEN_CLASSES
+  device classes and at most MAX_ROWS rows): per grouping a branch and bound over rows (blocks per class per
+  group, classes split or idle) under proxy phase times from each task alone on class unions and class
+  prefixes, corrected by what exact entries showed, plus the exact pair costs; best first over the
+  groupings, the best plan's entries made exact, exact plans scored. It ranks the groupings (the arms) and
+  seeds their first split.
 - Each grouping's first split is otherwise *constructive*: whole device classes per group (the two best
   class plans by a work-to-capacity proxy, `class_plans`), else devices in proportion to the groups' work,
   so the first evaluation of a grouping is already a sensible plan.
@@ -17,10 +18,8 @@ arms) and L2 (device-count splits, the sub-arms), and a genetic search over L3 (
   slow one of the bottleneck; or shed the bottleneck's slowest block to the donor), swap the owners of two
   blocks (L3, count-preserving), move one block to another owner (L2 drift), move every block one owner
   has in a class to another owner (class move).
-- L4/L5: the tables passed in choose each task's TP/PP (`make_plan` passes the full tables, the ILP's rule:
-  the quick ones, depths=1, misrank plans badly on PPO). With `full` tables as well, every candidate within
-  POLISH_MARGIN of the best so far is *polished* (re-scored with them, the faster kept), and the last
-  FINAL_SHARE of the budget polishes the best unpolished candidates of all splits.
+- L4/L5: the tables passed in choose each task's TP/PP (`make_plan` passes the ILP's own tables: shallower
+  quick ones, depths=1, misranked plans badly on PPO).
 - Successive halving: each round every surviving grouping spends its budget on its surviving splits; the
   worse half of the groupings is dropped; survivors' budgets double; each survivor keeps the better half
   of its explored splits. The first cycle grows only each grouping's constructive split (the mutations
@@ -41,9 +40,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hetrl_cli.artifacts.workload import TaskName
-from hetrl_cli.costmodel.types import PHASES
+from hetrl_cli.planner.screen import Screen, Screened
 from hetrl_cli.planner.space import DeviceClass, groupings
-from hetrl_cli.planner.tables import PHASE_OF, GroupOption, Tables, compose
+from hetrl_cli.planner.tables import GroupOption, Tables, compose
 
 Subset = tuple[TaskName, ...]
 IDLE = -1
@@ -55,24 +54,12 @@ FIRST_ROUND = 2
 """Evaluations per split in the first round (later rounds double)."""
 WHOLE_HOSTS_FROM = 6
 """From this many sub-hosts on, genomes move whole sub-hosts (smaller clusters: half sub-hosts)."""
-POLISH_MARGIN = 0.03
-"""Candidates within this share of the best plan so far are re-scored with the full layout tables."""
 REBALANCE = 0.5
 """Share of mutations that rebalance by measured group time (the rest are random L2/L3 moves)."""
-FINAL_SHARE = 0.1
-"""Share of the budget kept for polishing the best unpolished candidates at the end."""
 STEP_RESERVE_SHARE = 0.05
 """Budget: the reserve is at most this share of the budget (one slow outlier step cannot stop the search)."""
-SCREEN_SHARE = 0.5
-"""At most this share of the budget screens class plans (bounds from each task alone, then exact best-first)."""
-CLIMB_SHARE = 0.8
-"""Share of the screen's budget the proxy hill climbs may use (the rest scores plans exactly)."""
-SCREEN_CLASSES = 5
-"""Class plans are screened on clusters of at most this many device classes (2^k − 1 device sets)."""
-SCREEN_PLANS = 20_000
-"""At most this many class plans are bounded (pure arithmetic), groupings with fewer groups first."""
 SCREEN_ARMS = 8
-"""Screened: the first cycle runs the best this-many groupings (by their screened class plans); each later
+"""Screened: the first cycle runs the best this-many groupings (by the screen's rank); each later
 cycle doubles the number and the splits per grouping, so every arm is reached again (anytime)."""
 
 
@@ -90,7 +77,6 @@ class Candidate:
     genome: tuple[int, ...]
     score: float
     options: list[GroupOption] | None
-    polished: bool = False
 
 
 @dataclass
@@ -122,8 +108,7 @@ class HybridResult:
 
 
 class Budget:
-    """Evaluations and/or wall-clock seconds; `spent()` says when to stop. While `searching`, the last
-    FINAL_SHARE of the budget is held back (for polishing the best candidates). A step that starts is
+    """Evaluations and/or wall-clock seconds; `spent()` says when to stop. A step that starts is
     finished, so the seconds stop one step early: `spent()` is true once the longest step so far (the gaps
     between `count()` calls) would cross the deadline. The longest, not a recent one: on 1024 devices most
     evaluations take 0.1-0.3 s, but one that meets a new device set builds its tables for up to a second."""
@@ -132,11 +117,8 @@ class Budget:
         now = time.monotonic()
         self.start, self.budget_s = now, budget_s
         self.deadline = None if budget_s is None else now + budget_s
-        self.search_deadline = None if budget_s is None else now + budget_s * (1 - FINAL_SHARE)
         self.max_evals = max_evals
-        self.search_evals = None if max_evals is None else max_evals - int(max_evals * FINAL_SHARE)
         self.evals = 0
-        self.searching = True
         self._last = now
         self.longest_step = 0.0
 
@@ -148,15 +130,12 @@ class Budget:
         self.evals += 1
 
     def spent(self) -> bool:
-        evals, deadline = (self.max_evals, self.deadline)
-        if self.searching:
-            evals, deadline = self.search_evals, self.search_deadline
-        if evals is not None and self.evals >= evals:
+        if self.max_evals is not None and self.evals >= self.max_evals:
             return True
-        if deadline is None:
+        if self.deadline is None:
             return False
         step = min(self.longest_step, STEP_RESERVE_SHARE * self.budget_s)
-        return time.monotonic() + step >= deadline
+        return time.monotonic() + step >= self.deadline
 
     def within(self, share: float) -> bool:
         """Whether less than `share` of the budget (evaluations and seconds) is spent."""
@@ -165,31 +144,14 @@ class Budget:
         return self.budget_s is None or time.monotonic() - self.start < share * self.budget_s
 
 
-@dataclass
-class Screened:
-    """What the class-plan screen learnt about one grouping."""
-
-    key: float
-    """Its best exact class-plan score, or the best bound where none was scored exactly (the arm order)."""
-    scored: list[Candidate]
-    """Class plans scored exactly, best first."""
-    bounded: list[list[int]]
-    """Genomes of the class plans only bounded, best bound first (dealt before the class-by-class ones)."""
-
-
 class Hybrid:
-    def __init__(self, tables: Tables, seed: int, full: Tables | None = None) -> None:
-        """`tables`: the quick tables the search scores with; `full`: the tables candidates are polished with
-        (None: no polishing)."""
+    def __init__(self, tables: Tables, seed: int) -> None:
         self.tables = tables
-        self.full = full
         self.seed = seed
         self.classes: list[DeviceClass] = tables.classes
         self.blocks = _blocks(self.classes)
         self.n_devices = sum(b.size for b in self.blocks)
         self._work: dict[TaskName, float] | None = None
-        self.polishing = False
-        """Polish during the search: off in the first round (every grouping's first plans, the costly ones)."""
 
     # --- genomes -> plans ----------------------------------------------------------------------
 
@@ -209,12 +171,10 @@ class Hybrid:
                 canonical.extend(c.devices[i][: len(devs)])
         return tuple(actual), tuple(canonical)
 
-    def evaluate(
-        self, grouping: tuple[Subset, ...], genome: Sequence[int], budget: Budget, tables: Tables | None = None
-    ) -> Candidate:
+    def evaluate(self, grouping: tuple[Subset, ...], genome: Sequence[int], budget: Budget) -> Candidate:
         from hetrl_cli.planner.ilp import relabel
 
-        tables = tables or self.tables
+        tables = self.tables
         budget.count()
         options = []
         for g, subset in enumerate(grouping):
@@ -226,18 +186,6 @@ class Hybrid:
                 return Candidate(tuple(genome), math.inf, None)
             options.append(relabel(option, dict(zip(canonical, actual, strict=True))))
         return Candidate(tuple(genome), tables.score(grouping, options), options)
-
-    def polish(self, grouping: tuple[Subset, ...], cand: Candidate, budget: Budget) -> Candidate:
-        """The candidate re-scored with the full layout tables (more pipeline depths per TP degree) if that is
-        faster; marked polished either way."""
-        if self.full is None or cand.polished or budget.spent():
-            return cand
-        full = self.evaluate(grouping, cand.genome, budget, self.full)
-        if full.options is not None and full.score < cand.score:
-            full.polished = True
-            return full
-        cand.polished = True
-        return cand
 
     # --- measured time: who is the bottleneck, who has slack -----------------------------------
 
@@ -356,206 +304,10 @@ class Hybrid:
         return [[assign[b.cls] for b in self.blocks] for _, assign in ranked[:keep]]
 
     def screen(self, all_groupings: Sequence[tuple[Subset, ...]], budget: Budget) -> dict[int, Screened]:
-        """Structured first plans of every grouping, within SCREEN_SHARE of the budget (docs/planner.md).
-
-        1. Each task alone on every union of whole device classes (2^k − 1 device sets, one evaluation per
-           set; the tables' `alone`, shared by every subset holding the task), finished even past the
-           share; 2. always runs, 3. and 4. only within it.
-        2. Class plans (each class wholly to one group or idle, every group at least one class), bounded by
-           `compose()` over the groups' tasks at their fastest alone plus the exact weight sync and
-           transfers: a task's time next to group mates is never shorter (mates only take memory).
-        3. From each grouping's best class plan, a steepest-descent climb on a rate proxy (a group's time on
-           part of a class union: its time on the union over the share of the union's task rate it holds;
-           no cost-model call but the pair costs) reaches plans that split a class (e.g. async generation
-           on one host of a class). Moves: one block, or all an owner has of a class, to another owner or
-           idle (optionally narrowing the receiver to that class), or a group narrowed to one class; two
-           of these are needed where a group must swap a class for another. Overlapping groupings (async,
-           generation alone) climb first, then fewer groups first, within CLIMB_SHARE of the screen.
-        4. Plans scored exactly in increasing bound or proxy until the next cannot beat the best score.
-        Deterministic under max_evals (only evaluations count). Empty on clusters of over SCREEN_CLASSES
-        classes."""
-        k = len(self.classes)
-        if not 1 < k <= SCREEN_CLASSES:
-            return {}
-        tasks = self.tables.tasks
-        n_blocks = [sum(1 for b in self.blocks if b.cls == c) for c in range(k)]
-        fastest: dict[tuple[TaskName, int], float] = {}
-        union: dict[int, tuple[str, ...]] = {}
-        # The whole cluster first. These tables are finished even past the share (at most 2^k − 1 device
-        # sets): without them nothing ranks the groupings, and a search over all of them unranked is far
-        # worse than one that starts late.
-        for mask in sorted(range(1, 2**k), key=lambda m: (-bin(m).count("1"), m)):
-            if budget.spent():
-                return {}
-            budget.count()
-            _, union[mask] = self.devices_of([0 if mask >> b.cls & 1 else IDLE for b in self.blocks], 0)
-            for task in tasks:
-                fits = self.tables.alone(task, union[mask])
-                fastest[(task, mask)] = min((f[0] for f in fits), default=math.inf)
-        phase_of: dict[tuple[Subset, tuple[int, ...]], tuple[float, ...] | None] = {}
-
-        def phases(subset: Subset, counts: tuple[int, ...]) -> tuple[float, ...] | None:
-            """The subset's per-phase seconds on `counts` blocks per class: exact bound on whole classes,
-            the rate proxy on parts."""
-            if (subset, counts) not in phase_of:
-                mask = sum(1 << c for c, x in enumerate(counts) if x)
-                phase = [0.0] * len(PHASES)
-                for task in subset:
-                    rates = [1 / fastest[(task, 1 << c)] if counts[c] else 0.0 for c in range(k)]
-                    held = sum(r * counts[c] / n_blocks[c] for c, r in enumerate(rates))
-                    share = held / sum(rates) if sum(rates) > 0 else 0.0
-                    phase[PHASE_OF[task]] += fastest[(task, mask)] / share if share > 0 else math.inf
-                phase_of[(subset, counts)] = tuple(phase) if all(map(math.isfinite, phase)) else None
-            return phase_of[(subset, counts)]
-
-        of_class = [[i for i, b in enumerate(self.blocks) if b.cls == c] for c in range(k)]
-
-        def genome_of_counts(counts: Sequence[tuple[int, ...]]) -> list[int]:
-            """Group g takes the next counts[g][c] blocks of class c (in order); the rest idle."""
-            genome = [IDLE] * len(self.blocks)
-            for c in range(k):
-                at = 0
-                for g, row in enumerate(counts):
-                    for i in of_class[c][at : at + row[c]]:
-                        genome[i] = g
-                    at += row[c]
-            return genome
-
-        spans: dict[tuple[int, int, int], tuple[str, ...]] = {}
-
-        def devices_for(counts: Sequence[tuple[int, ...]]) -> list[tuple[str, ...]]:
-            """Each group's devices in genome_of_counts' realisation (blocks in class order)."""
-            out, at = [], [0] * k
-            for row in counts:
-                devs: tuple[str, ...] = ()
-                for c, x in enumerate(row):
-                    if (c, at[c], x) not in spans:
-                        blocks = [self.blocks[i] for i in of_class[c][at[c] : at[c] + x]]
-                        spans[(c, at[c], x)] = tuple(
-                            d for b in blocks for d in self.classes[c].devices[b.host][b.start : b.start + b.size]
-                        )
-                    devs += spans[(c, at[c], x)]
-                    at[c] += x
-                out.append(devs)
-            return out
-
-        def value(gi: int, counts: tuple[tuple[int, ...], ...]) -> float:
-            if (gi, counts) in plans:
-                return plans[(gi, counts)]
-            grouping = all_groupings[gi]
-            per = [phases(s, row) for s, row in zip(grouping, counts, strict=True)]
-            if any(p is None for p in per):
-                return math.inf
-            devices = devices_for(counts)
-            options = [GroupOption(s, d, (), (), (), p) for s, d, p in zip(grouping, devices, per, strict=True)]  # type: ignore[arg-type]
-            return self.tables.score(grouping, options)
-
-        def class_counts(n: int) -> list[tuple[tuple[int, ...], ...]]:
-            """Blocks per group and class of every class plan with n groups."""
-            out = []
-            for assign in itertools.product([*range(n), IDLE], repeat=k):
-                if len(set(assign) - {IDLE}) == n:
-                    out.append(tuple(tuple(n_blocks[c] if assign[c] == g else 0 for c in range(k)) for g in range(n)))
-            return out
-
-        plans: dict[tuple[int, tuple[tuple[int, ...], ...]], float] = {}
-        best_class: dict[int, tuple[float, tuple[tuple[int, ...], ...]]] = {}
-        mode, floor = self.tables.workload.mode, self.tables.floor
-        bounded, by_n = 0, {n: class_counts(n) for n in range(1, k + 1)}
-        overlap = [mode == "async" and ("generation",) in g for g in all_groupings]
-
-        def compute_only(gi: int, counts: tuple[tuple[int, ...], ...]) -> float:
-            """value() without weight sync and transfers (compose() inlined): never above value(), and no
-            cost-model call, so plans are valued in its order and cut where it passes the best value."""
-            per = [phases(s, row) for s, row in zip(all_groupings[gi], counts, strict=True)]
-            if any(p is None for p in per):
-                return math.inf
-            span = [max(floor[i], *(p[i] for p in per)) for i in range(len(PHASES))]  # type: ignore[index]
-            return max(span[0], span[1] + span[2]) if overlap[gi] else sum(span)
-
-        for gi in sorted(range(len(all_groupings)), key=lambda i: (len(all_groupings[i]), i)):
-            grouping = all_groupings[gi]
-            n = len(grouping)
-            if n > k or bounded >= SCREEN_PLANS:
-                continue
-            by_compute = [(compute_only(gi, counts), counts) for counts in by_n[n]]
-            by_compute = [bc for bc in by_compute if math.isfinite(bc[0])]
-            bounded += len(by_compute)
-            for compute, counts in sorted(by_compute):
-                if compute >= best_class.get(gi, (math.inf,))[0]:
-                    break  # transfers only add: no later plan of this grouping beats its best
-                plans[(gi, counts)] = v = value(gi, counts)
-                if v < best_class.get(gi, (math.inf,))[0]:
-                    best_class[gi] = (v, counts)
-        # Climb order: groupings that overlap generation with the rest first (whole classes rarely balance
-        # the two overlapped sides), fewer groups first (cheaper climbs, fewer hand-overs), then by value.
-        climb = sorted(best_class, key=lambda gi: (not overlap[gi], len(all_groupings[gi]), best_class[gi][0], gi))
-        for gi in climb:
-            v, counts = best_class[gi]
-            if not budget.within(SCREEN_SHARE * CLIMB_SHARE):
-                break
-            if not math.isfinite(v):
-                continue
-            n = len(counts)
-            for _ in range(sum(n_blocks)):  # hill climb: one block, or all an owner has of a class, elsewhere
-                moves = []
-                for c in range(k):
-                    idle = n_blocks[c] - sum(row[c] for row in counts)
-                    for src in [*range(n), IDLE]:
-                        have = counts[src][c] if src != IDLE else idle
-                        for dst, amount in itertools.product([*range(n), IDLE], sorted({1, have}) if have else []):
-                            if dst == src:
-                                continue
-                            rows = [list(row) for row in counts]
-                            if src != IDLE:
-                                rows[src][c] -= amount
-                            if dst != IDLE:
-                                rows[dst][c] += amount
-                            if all(any(row) for row in rows):
-                                moves.append(tuple(tuple(row) for row in rows))
-                            if dst != IDLE and sum(1 for x in rows[dst] if x) > 1:  # and the receiver narrowed to c
-                                rows[dst] = [x if cc == c else 0 for cc, x in enumerate(rows[dst])]
-                                moves.append(tuple(tuple(row) for row in rows))
-                for g, row in enumerate(counts):  # narrow a group to one of its classes (the rest idle)
-                    if sum(1 for x in row if x) > 1:
-                        moves.extend(
-                            tuple(
-                                tuple(x if c == keep else 0 for c, x in enumerate(r)) if h == g else r
-                                for h, r in enumerate(counts)
-                            )
-                            for keep in range(k)
-                            if row[keep]
-                        )
-                step = (math.inf, counts)
-                for lower, m in sorted((compute_only(gi, m), m) for m in set(moves)):
-                    if lower >= min(step[0], v * (1 - 1e-9)):
-                        break
-                    plans[(gi, m)] = mv = value(gi, m)
-                    step = min(step, (mv, m))
-                if step[0] >= v * (1 - 1e-9):
-                    break
-                v, counts = step
-        order = sorted(plans.items(), key=lambda item: (item[1], item[0]))
-        incumbent = math.inf
-        scored: dict[int, list[Candidate]] = {}
-        done: set[tuple[int, tuple[tuple[int, ...], ...]]] = set()
-        for (gi, counts), v in order:
-            if v >= incumbent * (1 - 1e-9) or not budget.within(SCREEN_SHARE):
-                break
-            cand = self.evaluate(all_groupings[gi], genome_of_counts(counts), budget)
-            scored.setdefault(gi, []).append(cand)
-            done.add((gi, counts))
-            incumbent = min(incumbent, cand.score)
-        out: dict[int, Screened] = {}
-        for (gi, counts), v in order:
-            if gi not in out:
-                mine = sorted(scored.get(gi, []), key=lambda c: c.score)
-                out[gi] = Screened(mine[0].score if mine else math.inf, mine, [])
-            if (gi, counts) not in done and math.isfinite(v):
-                if not out[gi].bounded:  # the lowest value not scored yet
-                    out[gi].key = min(out[gi].key, v)
-                out[gi].bounded.append(genome_of_counts(counts))
-        return out
+        """Good plans of the groupings in row space and their rank, within SCREEN_SHARE of the budget
+        (planner/screen.py). Deterministic under max_evals (only evaluations count); empty outside 2…SCREEN_CLASSES
+        classes or over MAX_ROWS rows."""
+        return Screen(self, all_groupings, budget).run()
 
     def splits(self, n_groups: int, grouping: tuple[Subset, ...] | None = None) -> list[tuple[int, ...]]:
         """Device counts per group (and idle last) in units of whole sub-hosts, at most MAX_SPLITS, spread; the
@@ -663,9 +415,6 @@ class Hybrid:
             if cand.options is not None and (best is None or cand.score < best[0] - 1e-12):
                 best = (cand.score, gi, cand)
 
-        def best_score() -> float:
-            return math.inf if best is None else best[0]
-
         screened = self.screen(all_groupings, budget)
         for gi, found in screened.items():  # first arm: the screened class plans, scored ones in the population
             genomes = [list(c.genome) for c in found.scored] + found.bounded
@@ -710,11 +459,10 @@ class Hybrid:
 
                 while alive and not budget.spent():
                     rounds += 1
-                    self.polishing = rounds > 1
                     for gi in alive:
                         for arm in active(gi):
                             grow = lambda c, gi=gi: consider(gi, c)  # noqa: E731
-                            self._grow(all_groupings[gi], arm, per_arm, budget, grow, best_score)
+                            self._grow(all_groupings[gi], arm, per_arm, budget, grow)
                             if budget.spent():
                                 break
                         if budget.spent():
@@ -732,42 +480,19 @@ class Hybrid:
                         live_arms[gi] = explored[: max(1, (len(explored) + 1) // 2)] + waiting
                     per_arm *= 2
 
-        def polish_best() -> None:
-            """Polish the best unpolished candidates of all splits, best first, while the budget lasts."""
-            pending = [
-                (c.score, gi, c.genome, a, c)
-                for gi in arms
-                for a in arms[gi]
-                for c in a.population
-                if c.options is not None and not c.polished
-            ]
-            pending.sort(key=lambda p: p[:3])
-            for _, gi, _, arm, cand in pending:
-                if budget.spent():
-                    break
-                better = self.polish(all_groupings[gi], cand, budget)
-                if better is not cand:
-                    arm.population[next(i for i, c in enumerate(arm.population) if c is cand)] = better
-                consider(gi, better)
-
-        search()  # with FINAL_SHARE held back
-        budget.searching = False
-        polish_best()
-        search()  # whatever polishing left over
+        search()
         seconds = time.monotonic() - start
         if best is None:
             return HybridResult(None, None, math.inf, budget.evals, seconds, rounds)
         score, gi, cand = best
         return HybridResult(all_groupings[gi], cand.options, score, budget.evals, seconds, rounds)
 
-    def _grow(self, grouping, arm: Arm, evals: int, budget: Budget, consider, best: Callable[[], float]) -> None:
+    def _grow(self, grouping, arm: Arm, evals: int, budget: Budget, consider) -> None:
         """Spend `evals` evaluations on one split: fill the population, then mutate rank-biased parents
-        (rebalancing by measured time or random moves); candidates near the best so far are polished."""
+        (rebalancing by measured time or random moves)."""
         n = len(grouping)
 
         def admit(cand: Candidate) -> Candidate:
-            if self.polishing and cand.options is not None and cand.score <= best() * (1 + POLISH_MARGIN):
-                cand = self.polish(grouping, cand, budget)
             consider(cand)
             return cand
 

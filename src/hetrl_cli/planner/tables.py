@@ -117,16 +117,6 @@ class Tables:
         self._pair: dict[tuple, float] = {}
         self._specs: dict[tuple, list[PairSpec]] = {}
 
-    def variant(self, depths: int, joint_keep: int = JOINT_KEEP) -> Tables:
-        """Tables with another layout rule over the same cost model, sharing the task and pair caches (their
-        keys do not depend on the rule), so a quick and a full table never score one placement twice."""
-        other = Tables.__new__(Tables)
-        other.__dict__.update(self.__dict__)
-        other.depths, other.joint_keep = depths, joint_keep
-        other._group = {}
-        other.counters = Counters()
-        return other
-
     # --- per task and per group ----------------------------------------------------------------
 
     def task_estimate(self, placement: TaskPlacement, context: tuple) -> TaskEstimate:

@@ -1,0 +1,461 @@
+"""The hybrid search's screen (docs/planner.md, "The screen"): before successive halving, good plans of the
+groupings in *row* space, where the cost model's tables are cheap, and a rank of the groupings by them.
+
+- A *row* is a group's blocks per device class (a count vector). Blocks of a class are interchangeable, so
+  a row's costs do not depend on which blocks realise it: a row alone takes the first blocks of each class,
+  and of two rows in a pair cost the second takes the blocks after the first.
+- Per (subset of tasks, row) the screen holds the exact per-phase seconds (`Tables.group_option` on the
+  row's devices, what `evaluate()` charges) or, until they are needed, a proxy from each task alone on the
+  unions of whole classes and on the first x blocks of each class (`proxy`), scaled by the exact/proxy
+  ratio seen on the nearest exact row over the same classes (`_correction`).
+- Per grouping a branch and bound finds the best rows of its groups (each class split between the groups
+  or left idle) under those phases plus the exact weight syncs and transfers between the rows.
+- Best first over the groupings: the grouping whose best plan is lowest has that plan's proxied entries
+  made exact and is searched again; a plan exact throughout is scored with `evaluate()`. Until the share of
+  the budget is spent or no grouping's best can beat the best score.
+
+On whole classes a proxy is a lower bound (a task next to group mates is never faster: they only take
+memory), so when the screen ends on its own its best score beats every whole-class plan. On parts it is an
+estimate: the faster of the time on the classes' union scaled by the share of the union's task rate the
+part holds, and the part's per-class rates added up (load-balanced data parallelism).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hetrl_cli.artifacts.workload import TaskName
+from hetrl_cli.costmodel.types import PHASES
+from hetrl_cli.planner.tables import PHASE_OF, PairSpec
+
+if TYPE_CHECKING:
+    from hetrl_cli.planner.hybrid import Budget, Candidate, Hybrid
+
+Subset = tuple[TaskName, ...]
+Row = tuple[int, ...]
+Phases = tuple[float, ...]
+
+SCREEN_SHARE = 0.8
+"""At most this share of the budget screens (tables, branch and bound, exact entries and scores)."""
+TABLES_SHARE = 0.6
+"""Share of the screen's budget within which the single-class part tables (the proxy's rates) are built."""
+SCREEN_CLASSES = 5
+"""The screen runs on clusters of 2 to this many device classes (the tables hold every union of whole classes:
+2^k − 1 device sets)..."""
+MAX_ROWS = 4096
+"""...and at most this many rows (Π (blocks per class + 1) − 1); other clusters search without it. Tried on
+the synthetic 64-GPU cluster (8 classes, one host each) with the unions cut to each class, each union of whole
+regions and the whole cluster: the proxies of rows across regions were off by 2-3x either way and the 2 s plan
+was no better than without the screen (89-95 s/it against 87-91; 66 s/it at 10 s either way)."""
+MARGIN = 0.1
+"""Plans are worked on while their value under the screen's tables is within this share above the best exact
+score (a proxy errs by about this much either way), not only while they could beat it."""
+KEEP = 3
+"""Best plans the branch and bound returns per grouping (the first is searched on; the rest seed the arm)."""
+NODES = 20_000
+"""Branch-and-bound nodes per search of one grouping (pure arithmetic; a 5-group grouping on 5 classes has
+millions of plans)."""
+
+
+@dataclass
+class Screened:
+    """What the screen learnt about one grouping."""
+
+    key: float
+    """Its best exact score, or its best plan's value under the screen's tables where none was scored (the
+    arm order)."""
+    scored: list[Candidate]
+    """Plans scored exactly, best first."""
+    bounded: list[list[int]]
+    """Genomes of its best plans not scored, best first (dealt before the class-by-class ones)."""
+
+
+@dataclass
+class _Search:
+    """One grouping's latest branch and bound."""
+
+    plans: list[tuple[float, tuple[Row, ...]]]
+    versions: tuple[int, ...]
+    """The subsets' table versions it saw (a newer exact entry makes it stale)."""
+    scored: list[Candidate] = field(default_factory=list)
+
+
+class Screen:
+    """State of one screen over `search`'s blocks and tables (docs above)."""
+
+    def __init__(self, search: Hybrid, all_groupings: Sequence[tuple[Subset, ...]], budget: Budget) -> None:
+        self.search = search
+        self.tables = search.tables
+        self.groupings = all_groupings
+        self.budget = budget
+        self.k = len(search.classes)
+        self.of_class = [[i for i, b in enumerate(search.blocks) if b.cls == c] for c in range(self.k)]
+        self.n_blocks = [len(blocks) for blocks in self.of_class]
+        self.rows: list[Row] = []  # none when there are too many to tabulate: no screen then
+        if math.prod(n + 1 for n in self.n_blocks) - 1 <= MAX_ROWS:
+            self.rows = [r for r in itertools.product(*(range(n + 1) for n in self.n_blocks)) if any(r)]
+        self.fastest: dict[tuple[TaskName, int], float] = {}
+        """(task, mask of whole classes) → seconds alone on their union."""
+        self.part: dict[tuple[TaskName, int, int], float] = {}
+        """(task, class, x) → seconds alone on the first x blocks of the class."""
+        self.proxies: dict[tuple[Subset, Row], Phases | None] = {}
+        self.exact: dict[tuple[Subset, Row], Phases | None] = {}
+        self.version: dict[Subset, int] = {}
+        self.ratios: dict = {}
+        self._tables: dict[Subset, tuple[int, list[tuple[Row, Phases]]]] = {}
+        self._rates: dict[TaskName, list[float]] = {}
+        """(subset, classes of the row) and classes of the row → exact / proxy seconds of the entries made exact."""
+        self._spans: dict[tuple[int, int, int], tuple[str, ...]] = {}
+        self._pairs: dict[tuple, float] = {}
+
+    # --- devices of rows ------------------------------------------------------------------------
+
+    def devices(self, row: Row, after: Row | None = None) -> tuple[str, ...]:
+        """The devices of `row` on the first blocks of each class (after the blocks `after` takes)."""
+        out: tuple[str, ...] = ()
+        for c, x in enumerate(row):
+            start = after[c] if after else 0
+            key = (c, start, x)
+            if key not in self._spans:
+                cls = self.search.classes[c]
+                blocks = [self.search.blocks[i] for i in self.of_class[c][start : start + x]]
+                self._spans[key] = tuple(d for b in blocks for d in cls.devices[b.host][b.start : b.start + b.size])
+            out += self._spans[key]
+        return out
+
+    def genome(self, rows: Sequence[Row]) -> list[int]:
+        """Group g takes the next rows[g][c] blocks of class c (in order); the rest idle."""
+        from hetrl_cli.planner.hybrid import IDLE
+
+        genome = [IDLE] * len(self.search.blocks)
+        for c in range(self.k):
+            at = 0
+            for g, row in enumerate(rows):
+                for i in self.of_class[c][at : at + row[c]]:
+                    genome[i] = g
+                at += row[c]
+        return genome
+
+    # --- tables ---------------------------------------------------------------------------------
+
+    def build_tables(self) -> bool:
+        """Each task alone on every union of whole classes (2^k − 1 device sets), finished even past the
+        share: without them nothing ranks the groupings (False only when the whole budget is spent); then on
+        the first x blocks of each class (within TABLES_SHARE of the screen's share; missing ones leave the
+        proxy to the unions). One evaluation per device set."""
+        from hetrl_cli.planner.hybrid import IDLE
+
+        tasks = self.tables.tasks
+        for mask in sorted(range(1, 2**self.k), key=lambda m: (-bin(m).count("1"), m)):
+            if self.budget.spent():
+                return False
+            self.budget.count()
+            _, devices = self.search.devices_of([0 if mask >> b.cls & 1 else IDLE for b in self.search.blocks], 0)
+            for task in tasks:
+                self.fastest[(task, mask)] = self._fastest_alone(task, devices)
+        for c in range(self.k):
+            for task in tasks:
+                self.part[(task, c, self.n_blocks[c])] = self.fastest[(task, 1 << c)]
+        for x, c in sorted((size, cls) for cls in range(self.k) for size in range(1, self.n_blocks[cls])):
+            if not self.budget.within(SCREEN_SHARE * TABLES_SHARE):
+                break
+            self.budget.count()
+            row = tuple(x if cc == c else 0 for cc in range(self.k))
+            for task in tasks:
+                self.part[(task, c, x)] = self._fastest_alone(task, self.devices(row))
+        return True
+
+    def _fastest_alone(self, task: TaskName, devices: tuple[str, ...]) -> float:
+        return min((f[0] for f in self.tables.alone(task, devices)), default=math.inf)
+
+    def proxy(self, subset: Subset, row: Row) -> Phases | None:
+        """Per-phase seconds of `subset` on `row` from the tasks alone (module docstring); None if a task
+        fits nowhere there."""
+        key = (subset, row)
+        if key not in self.proxies:
+            mask = _mask(row)
+            whole = self._whole(row)
+            phase = [0.0] * len(PHASES)
+            for task in subset:
+                rates = [r if x else 0.0 for r, x in zip(self._class_rates(task), row, strict=True)]
+                held = sum(r * row[c] / self.n_blocks[c] for c, r in enumerate(rates))
+                share = held / sum(rates) if sum(rates) > 0 else 0.0
+                seconds = self.fastest[(task, mask)] / share if share > 0 else math.inf
+                if not whole:
+                    added = sum(1 / self.part.get((task, c, x), math.inf) for c, x in enumerate(row) if x)
+                    seconds = min(seconds, 1 / added if added > 0 else math.inf)
+                phase[PHASE_OF[task]] += seconds
+            self.proxies[key] = tuple(phase) if all(map(math.isfinite, phase)) else None
+        return self.proxies[key]
+
+    def _class_rates(self, task: TaskName) -> list[float]:
+        """The task's rate (1 / seconds) alone on each whole class; a class it does not fit alone still adds
+        pipeline stages next to others, at the fitting classes' rate per TFLOP/s."""
+        if task not in self._rates:
+            alone = [self.fastest[(task, 1 << c)] for c in range(self.k)]
+            flops = [c.size * (c.speed_tflops or 1.0) for c in self.search.classes]
+            fit = [c for c in range(self.k) if math.isfinite(alone[c])]
+            per_flop = sum(1 / alone[c] for c in fit) / sum(flops[c] for c in fit) if fit else 0.0
+            self._rates[task] = [1 / alone[c] if c in fit else per_flop * flops[c] for c in range(self.k)]
+        return self._rates[task]
+
+    def table(self, subset: Subset) -> list[tuple[Row, Phases]]:
+        """The subset's feasible rows with their phases: the exact entry where known, else the proxy times
+        the (lower) median exact/proxy ratio seen so far on rows over the same classes, of this subset, else
+        of any subset (the proxy's error is mostly the classes': pipelines across them, a slow link). Rebuilt
+        after each new exact entry."""
+        hit = self._tables.get(subset)
+        if hit is not None and hit[0] == len(self.exact):
+            return hit[1]
+        out = []
+        for row in self.rows:
+            if (subset, row) in self.exact:
+                phases = self.exact[(subset, row)]
+            elif (proxy := self.proxy(subset, row)) is not None:
+                phases = tuple(x * self._correction(subset, row) for x in proxy)
+            else:
+                phases = None
+            if phases is not None:
+                out.append((row, phases))
+        self._tables[subset] = (len(self.exact), out)
+        return out
+
+    def _correction(self, subset: Subset, row: Row) -> float:
+        """The exact/proxy ratio of the subset's nearest exact row over the same classes (fewest blocks
+        apart; the lower median of ties), else the lower median over any subset's rows over those classes,
+        else 1."""
+        near = self.ratios.get((subset, _mask(row)))
+        if near:
+            dist = [(sum(abs(a - b) for a, b in zip(r, row, strict=True)), ratio) for r, ratio in near]
+            least = min(d for d, _ in dist)
+            ratios = sorted(ratio for d, ratio in dist if d == least)
+        else:
+            ratios = sorted(ratio for _, ratio in self.ratios.get(_mask(row), []))
+        return ratios[(len(ratios) - 1) // 2] if ratios else 1.0
+
+    def _whole(self, row: Row) -> bool:
+        return all(x in (0, self.n_blocks[c]) for c, x in enumerate(row))
+
+    def make_exact(self, subset: Subset, row: Row) -> None:
+        """The group's layouts on the row's devices (one evaluation): its phases from now on; its ratio to
+        the proxy corrects other proxies over the same classes (`_correction`)."""
+        self.budget.count()
+        option = self.tables.group_option(subset, self.devices(row))
+        self.exact[(subset, row)] = option.phase_s if option is not None else None
+        proxy = self.proxy(subset, row)
+        if option is not None and proxy is not None and sum(proxy) > 0:
+            ratio = sum(option.phase_s) / sum(proxy)
+            self.ratios.setdefault((subset, _mask(row)), []).append((row, ratio))
+            self.ratios.setdefault(_mask(row), []).append((row, ratio))
+        self.version[subset] = self.version.get(subset, 0) + 1
+
+    def pair_cost(self, spec: PairSpec, src: Row, dst: Row) -> float:
+        """A weight sync or transfer between two groups' rows (dst on the blocks after src's)."""
+        key = (spec.role, spec.nbytes, src, dst)
+        if key not in self._pairs:
+            self._pairs[key] = self.tables.pair_cost(spec, self.devices(src), self.devices(dst, after=src))
+        return self._pairs[key]
+
+    # --- branch and bound over one grouping ------------------------------------------------------
+
+    def best_plans(self, gi: int, skip: set[tuple[Row, ...]]) -> list[tuple[float, tuple[Row, ...]]]:
+        """The KEEP best plans (value, rows per group) of grouping `gi` under the current tables and exact
+        pair costs, leaving out the plans in `skip` (already scored)."""
+        grouping = self.groupings[gi]
+        tabs = [self.table(s) for s in grouping]
+        if not all(tabs) or len(grouping) > sum(self.n_blocks):
+            return []
+        specs = self.tables.pair_specs(grouping)
+        train = next(i for i, g in enumerate(grouping) if "actor_train" in g)
+        gen = next(i for i, g in enumerate(grouping) if "generation" in g)
+        local = None
+        if train == gen:  # actor_train and generation share a group: the local reshard on its row
+
+            def local(row: Row) -> float:
+                return self.tables.same_group_weight_sync(self.devices(row))
+
+        overlap = self.tables.workload.mode == "async" and ("generation",) in grouping
+        floor = self.tables.floor
+        return _branch_and_bound(tabs, specs, (gen, local), self.pair_cost, self.n_blocks, overlap, floor, skip)
+
+    def _search(self, gi: int, skip: set[tuple[Row, ...]]) -> _Search:
+        versions = tuple(self.version.get(s, 0) for s in self.groupings[gi])
+        return _Search(self.best_plans(gi, skip), versions)
+
+    # --- best first over the groupings -----------------------------------------------------------
+
+    def run(self) -> dict[int, Screened]:
+        """The screen (module docstring); {} outside 2…SCREEN_CLASSES classes, over MAX_ROWS rows, or when the
+        budget ends first.
+
+        Two queues: groupings not searched yet, by a capacity-free bound, and searched ones, by their best
+        plan's value. Each round searches the next unsearched grouping and works on the best searched one
+        (searches it again if an exact entry it uses changed, else makes its best plan's proxied entries
+        exact, else scores that plan)."""
+        if not 1 < self.k <= SCREEN_CLASSES or not self.rows or not self.build_tables():
+            return {}
+        done: dict[int, _Search] = {}
+        skip: dict[int, set[tuple[Row, ...]]] = {}
+        fresh = [(bound, gi) for gi in range(len(self.groupings)) if math.isfinite(bound := self._cheap_bound(gi))]
+        heapq.heapify(fresh)
+        searched: list[tuple[float, int]] = []
+        incumbent = math.inf
+
+        def search(gi: int) -> None:
+            previous = done[gi].scored if gi in done else []
+            found = done[gi] = self._search(gi, skip.setdefault(gi, set()))
+            found.scored = previous
+            if found.plans:
+                heapq.heappush(searched, (found.plans[0][0], gi))
+
+        while self.budget.within(SCREEN_SHARE):
+            reach = incumbent * (1 + MARGIN)
+            if fresh and fresh[0][0] < reach:
+                search(heapq.heappop(fresh)[1])
+            elif not searched or searched[0][0] >= reach:
+                break
+            if not searched or searched[0][0] >= reach:
+                continue
+            _, gi = heapq.heappop(searched)
+            grouping, found = self.groupings[gi], done[gi]
+            if found.versions != tuple(self.version.get(s, 0) for s in grouping):
+                search(gi)
+                continue
+            value, rows = found.plans[0]
+            proxied = [(s, r) for s, r in zip(grouping, rows, strict=True) if (s, r) not in self.exact]
+            for subset, row in proxied:
+                if not self.budget.within(SCREEN_SHARE):
+                    break
+                self.make_exact(subset, row)
+            if not proxied:  # exact throughout: score it as the search does
+                cand = self.search.evaluate(grouping, self.genome(rows), self.budget)
+                found.scored.append(cand)
+                incumbent = min(incumbent, cand.score)
+                skip[gi].add(rows)
+                found.versions = ()  # search it again without this plan
+            heapq.heappush(searched, (value, gi))
+        return self._results(done)
+
+    def _cheap_bound(self, gi: int) -> float:
+        """Each group at its lowest proxy phases over all rows (capacity and pair costs left out)."""
+        grouping = self.groupings[gi]
+        if len(grouping) > sum(self.n_blocks):
+            return math.inf
+        floor = self.tables.floor
+        span = list(floor)
+        for subset in grouping:
+            found = [ph for _, ph in self.table(subset)]
+            if not found:
+                return math.inf
+            for i in range(len(PHASES)):
+                span[i] = max(span[i], min(ph[i] for ph in found))
+        overlap = self.tables.workload.mode == "async" and ("generation",) in grouping
+        return _compose(span, 0.0, 0.0, overlap)
+
+    def _results(self, done: dict[int, _Search]) -> dict[int, Screened]:
+        out: dict[int, Screened] = {}
+        for gi, found in done.items():
+            scored = sorted(found.scored, key=lambda c: c.score)
+            scored_genomes = {c.genome for c in scored}
+            bounded = [self.genome(rows) for _, rows in found.plans]
+            bounded = [g for g in bounded if tuple(g) not in scored_genomes]
+            keys = [c.score for c in scored[:1]] + [v for v, _ in found.plans[:1]]
+            if keys:
+                out[gi] = Screened(scored[0].score if scored else min(keys), scored, bounded)
+        return out
+
+
+def _mask(row: Row) -> int:
+    """The classes a row takes blocks of, as a bit mask."""
+    return sum(1 << c for c, x in enumerate(row) if x)
+
+
+def _compose(span: Sequence[float], weight_sync: float, transfers: float, overlap: bool) -> float:
+    """compose() of phase spans, weight sync and the summed transfers (three phases: generation, inference,
+    training; async with generation alone overlaps the first with the other two)."""
+    if overlap:
+        return max(span[0] + weight_sync, transfers + span[1] + span[2])
+    return span[0] + span[1] + span[2] + transfers + weight_sync
+
+
+def _branch_and_bound(tabs, specs, local_sync, pair_cost, capacity, overlap, floor, skip) -> list:
+    """The KEEP best (value, rows per group) of one grouping.
+
+    `tabs[g]`: group g's feasible rows with their phase seconds; `specs`: the pair costs between groups
+    (`pair_cost(spec, src row, dst row)`); `local_sync`: (the generation group, the weight sync of a row
+    when actor_train shares it, or None). Depth-first over the groups, the most demanding first, each trying
+    its rows within the blocks left in increasing order of the value the row alone forces (its phases raised
+    to the remaining groups' lowest ones and the floor): a level stops at the first row that cannot beat the
+    KEEP-th best complete plan. A pair cost is added at the depth where its second group is placed. Written
+    out for three phases."""
+    n = len(tabs)
+    lowest = [tuple(min(ph[i] for _, ph in tab) for i in range(len(PHASES))) for tab in tabs]
+    order = sorted(range(n), key=lambda g: (-max(lowest[g]), g))
+    depth = {g: j for j, g in enumerate(order)}
+    rest = [tuple(max([f, *(lowest[g][i] for g in order[j:])]) for i, f in enumerate(floor)) for j in range(n + 1)]
+    at_depth: list[list[PairSpec]] = [[] for _ in range(n)]
+    for spec in specs:
+        at_depth[max(depth[spec.src], depth[spec.dst])].append(spec)
+    gen, local = local_sync
+    # Rows as integers with one field per class and a guard bit on top of each field: a row fits in `left`
+    # exactly when subtracting it from `left` with every guard set borrows from no guard.
+    width = max(capacity).bit_length() + 1
+    guard = sum(1 << (c * width + width - 1) for c in range(len(capacity)))
+
+    def code(row: Row) -> int:
+        return sum(x << (c * width) for c, x in enumerate(row))
+
+    levels = []  # per depth: its rows in increasing forced value, and their codes as an array (the fit test)
+    for j, g in enumerate(order):
+        r0, r1, r2 = rest[j + 1]
+        items = [
+            (_compose((max(p0, r0), max(p1, r1), max(p2, r2)), 0.0, 0.0, overlap), row, p0, p1, p2)
+            for row, (p0, p1, p2) in tabs[g]
+        ]
+        items.sort(key=lambda item: item[:2])
+        levels.append((items, np.array([code(item[1]) for item in items], dtype=np.int64)))
+    kept: list[tuple[float, tuple[Row, ...]]] = []  # the KEEP best so far, as a max-heap (values negated)
+    nodes = 0
+    chosen: list[Row] = [()] * n
+
+    def visit(j: int, left: int, s0: float, s1: float, s2: float, ws: float, tr: float) -> None:
+        nonlocal nodes
+        r0, r1, r2 = rest[j + 1]
+        g = order[j]
+        items, codes = levels[j]
+        for i in np.flatnonzero(((left | guard) - codes) & guard == guard).tolist():  # the rows that fit
+            forced, row, p0, p1, p2 = items[i]
+            cutoff = -kept[0][0] if len(kept) == KEEP else math.inf
+            if forced >= cutoff or nodes >= NODES:
+                return
+            chosen[g] = row
+            w, t = ws, tr
+            if local is not None and g == gen:
+                w += local(row)
+            for spec in at_depth[j]:
+                cost = pair_cost(spec, chosen[spec.src], chosen[spec.dst])
+                if spec.weight_sync:
+                    w += cost
+                else:
+                    t += cost
+            n0, n1, n2 = max(s0, p0), max(s1, p1), max(s2, p2)
+            value = _compose((max(n0, r0), max(n1, r1), max(n2, r2)), w, t, overlap)
+            if value >= cutoff:
+                continue
+            nodes += 1
+            if j + 1 < n:
+                visit(j + 1, left - int(codes[i]), n0, n1, n2, w, t)
+            elif tuple(chosen) not in skip:
+                heapq.heappush(kept, (-value, tuple(chosen)))
+                if len(kept) > KEEP:
+                    heapq.heappop(kept)
+
+    visit(0, code(tuple(capacity)), 0.0, 0.0, 0.0, 0.0, 0.0)
+    return sorted((-v, rows) for v, rows in kept)
