@@ -143,6 +143,12 @@ class Budget:
             return False
         return self.budget_s is None or time.monotonic() - self.start < share * self.budget_s
 
+    def used(self) -> float:
+        """The share of the budget spent so far (the larger of evaluations and seconds; 0 when unbounded)."""
+        evals = self.evals / self.max_evals if self.max_evals else 0.0
+        seconds = (time.monotonic() - self.start) / self.budget_s if self.budget_s else 0.0
+        return max(evals, seconds)
+
 
 class Hybrid:
     def __init__(self, tables: Tables, seed: int) -> None:

@@ -26,7 +26,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -54,6 +54,9 @@ MAX_ROWS = 4096
 the synthetic 64-GPU cluster (8 classes, one host each) with the unions cut to each class, each union of whole
 regions and the whole cluster: the proxies of rows across regions were off by 2-3x either way and the 2 s plan
 was no better than without the screen (89-95 s/it against 87-91; 66 s/it at 10 s either way)."""
+CLASS_SHARE = 0.3
+"""Share of what the tables leave of the screen's budget that the whole-class plans may take before the
+partial-class search starts."""
 MARGIN = 0.1
 """Plans are worked on while their value under the screen's tables is within this share above the best exact
 score (a proxy errs by about this much either way), not only while they could beat it."""
@@ -84,7 +87,6 @@ class _Search:
     plans: list[tuple[float, tuple[Row, ...]]]
     versions: tuple[int, ...]
     """The subsets' table versions it saw (a newer exact entry makes it stale)."""
-    scored: list[Candidate] = field(default_factory=list)
 
 
 class Screen:
@@ -265,11 +267,13 @@ class Screen:
 
     # --- branch and bound over one grouping ------------------------------------------------------
 
-    def best_plans(self, gi: int, skip: set[tuple[Row, ...]]) -> list[tuple[float, tuple[Row, ...]]]:
+    def best_plans(
+        self, gi: int, skip: set[tuple[Row, ...]], whole: bool = False
+    ) -> list[tuple[float, tuple[Row, ...]]]:
         """The KEEP best plans (value, rows per group) of grouping `gi` under the current tables and exact
-        pair costs, leaving out the plans in `skip` (already scored)."""
+        pair costs, leaving out the plans in `skip` (already scored); `whole`: rows of whole classes only."""
         grouping = self.groupings[gi]
-        tabs = [self.table(s) for s in grouping]
+        tabs = [[(r, ph) for r, ph in self.table(s) if not whole or self._whole(r)] for s in grouping]
         if not all(tabs) or len(grouping) > sum(self.n_blocks):
             return []
         specs = self.tables.pair_specs(grouping)
@@ -295,23 +299,22 @@ class Screen:
         """The screen (module docstring); {} outside 2…SCREEN_CLASSES classes, over MAX_ROWS rows, or when the
         budget ends first.
 
-        Two queues: groupings not searched yet, by a capacity-free bound, and searched ones, by their best
-        plan's value. Each round searches the next unsearched grouping and works on the best searched one
-        (searches it again if an exact entry it uses changed, else makes its best plan's proxied entries
-        exact, else scores that plan)."""
+        First the whole-class plans (`_class_plans`). Then two queues: groupings not searched yet, by a
+        capacity-free bound, and searched ones, by their best plan's value. Each round searches the next
+        unsearched grouping and works on the best searched one (searches it again if an exact entry it uses
+        changed, else makes its best plan's proxied entries exact, else scores that plan)."""
         if not 1 < self.k <= SCREEN_CLASSES or not self.rows or not self.build_tables():
             return {}
         done: dict[int, _Search] = {}
+        scored: dict[int, list[Candidate]] = {}
         skip: dict[int, set[tuple[Row, ...]]] = {}
+        incumbent = self._class_plans(scored, skip)
         fresh = [(bound, gi) for gi in range(len(self.groupings)) if math.isfinite(bound := self._cheap_bound(gi))]
         heapq.heapify(fresh)
         searched: list[tuple[float, int]] = []
-        incumbent = math.inf
 
         def search(gi: int) -> None:
-            previous = done[gi].scored if gi in done else []
             found = done[gi] = self._search(gi, skip.setdefault(gi, set()))
-            found.scored = previous
             if found.plans:
                 heapq.heappush(searched, (found.plans[0][0], gi))
 
@@ -336,12 +339,37 @@ class Screen:
                 self.make_exact(subset, row)
             if not proxied:  # exact throughout: score it as the search does
                 cand = self.search.evaluate(grouping, self.genome(rows), self.budget)
-                found.scored.append(cand)
+                scored.setdefault(gi, []).append(cand)
                 incumbent = min(incumbent, cand.score)
                 skip[gi].add(rows)
                 found.versions = ()  # search it again without this plan
             heapq.heappush(searched, (value, gi))
-        return self._results(done)
+        return self._results(done, scored)
+
+    def _class_plans(self, scored: dict[int, list[Candidate]], skip: dict[int, set[tuple[Row, ...]]]) -> float:
+        """Plans that give each class wholly to one group (or leave it idle), each grouping's KEEP best by the
+        branch and bound over whole-class rows, scored exactly in increasing value until the next cannot beat
+        the best score or CLASS_SHARE of the screen's share is spent; the best score. On whole classes the
+        tables are lower bounds, so this finds the best whole-class plan in few scorings; the partial-class
+        proxies that follow are estimates, some optimistic, and a budget spent on them first could miss it."""
+        plans = sorted(
+            (value, gi, rows) for gi in range(len(self.groupings)) for value, rows in self.best_plans(gi, set(), True)
+        )
+        best = math.inf
+        used = self.budget.used()
+        share = used + CLASS_SHARE * max(0.0, SCREEN_SHARE - used)  # of what the tables left
+        for value, gi, rows in plans:
+            if value >= best * (1 - 1e-9) or not self.budget.within(share):
+                break
+            grouping = self.groupings[gi]
+            for subset, row in zip(grouping, rows, strict=True):
+                if (subset, row) not in self.exact:
+                    self.make_exact(subset, row)
+            cand = self.search.evaluate(grouping, self.genome(rows), self.budget)
+            scored.setdefault(gi, []).append(cand)
+            skip.setdefault(gi, set()).add(rows)
+            best = min(best, cand.score)
+        return best
 
     def _cheap_bound(self, gi: int) -> float:
         """Each group at its lowest proxy phases over all rows (capacity and pair costs left out)."""
@@ -359,10 +387,11 @@ class Screen:
         overlap = self.tables.workload.mode == "async" and ("generation",) in grouping
         return _compose(span, 0.0, 0.0, overlap)
 
-    def _results(self, done: dict[int, _Search]) -> dict[int, Screened]:
+    def _results(self, done: dict[int, _Search], scored_by: dict[int, list[Candidate]]) -> dict[int, Screened]:
         out: dict[int, Screened] = {}
-        for gi, found in done.items():
-            scored = sorted(found.scored, key=lambda c: c.score)
+        for gi in sorted(set(done) | set(scored_by)):
+            found = done.get(gi, _Search([], ()))
+            scored = sorted(scored_by.get(gi, []), key=lambda c: c.score)
             scored_genomes = {c.genome for c in scored}
             bounded = [self.genome(rows) for _, rows in found.plans]
             bounded = [g for g in bounded if tuple(g) not in scored_genomes]
