@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU check of issue 5 (bench/gpu_check.py) as one command for the device machine.
+#
+# 1) Here, once per checkout (~3 MB: pydantic and its parts for the GPU image's Python 3.12, which lacks them;
+#    build/ is git-ignored):
+#        bash bench/gpu_check.sh fetch-wheels
+# 2) Through the device tool, from the repo root:
+#        run(command="bash bench/gpu_check.sh", carry=["build/gpu_wheels"], timeout_s=540)
+#    Extra arguments go to gpu_check.py, e.g. `bash bench/gpu_check.sh --arch qwen3-1.7b` or `--quick`.
+#    The results come back from $OUT: gpu_check.json, gpu_check.md, profile.json (or probe.json), gpu_check.log.
+#    Without the wheels the measurements still run; then predict here with
+#        .venv/bin/python bench/gpu_check.py --predict-from FILES_AT_DIR
+#
+# The project's .venv (CPU torch, ~1.3 GB) is far over the tool's 64 MiB and is not carried: the image's own
+# python3 (CUDA torch, transformers) runs the script, with src/ on PYTHONPATH instead of an install.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+WHEELS=build/gpu_wheels
+
+if [ "${1:-}" = fetch-wheels ]; then
+    mkdir -p "$WHEELS"
+    exec .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d "$WHEELS" \
+        pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+        typing-extensions==4.16.0
+fi
+
+out="${OUT:-bench/results/gpu_check}"
+mkdir -p "$out"
+# 1) the interpreter: one whose torch sees a GPU (a carried .venv first, then the image's python3), else any
+#    with torch (a CPU host), else python3 (the script then reports that torch is missing)
+py=
+for want in 'torch.cuda.is_available()' 'True'; do
+    for cand in .venv/bin/python python3; do
+        if [ -z "$py" ] && "$cand" -c "import sys, torch; sys.exit(0 if $want else 1)" 2>/dev/null; then
+            py=$cand
+        fi
+    done
+done
+py=${py:-python3}
+# 2) what the image lacks, from the carried wheels (into a private folder: the image's packages stay as they are)
+if ! "$py" -c 'import pydantic' 2>/dev/null; then
+    if ls "$WHEELS"/*.whl >/dev/null 2>&1 && "$py" -m pip install -q --no-index --no-deps --no-compile \
+        --no-cache-dir --upgrade --target /tmp/gpu_check_site "$WHEELS"/*.whl; then
+        export PYTHONPATH="/tmp/gpu_check_site${PYTHONPATH:+:$PYTHONPATH}"
+    else
+        echo "gpu_check.sh: no pydantic and no wheels in $WHEELS: measuring only (predict later)" >&2
+    fi
+fi
+# 3) the check, offline, under a hard limit inside the tool's 600 s
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1
+echo "gpu_check.sh: $py ($("$py" --version 2>&1)), out $out" >&2
+timeout --kill-after=10 480 "$py" bench/gpu_check.py --out "$out" "$@" 2>&1 | tee "$out/gpu_check.log"
+exit "${PIPESTATUS[0]}"
