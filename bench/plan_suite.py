@@ -78,7 +78,6 @@ def ratio(row: dict, a: str, b: str) -> float | None:
 
 
 def markdown(rows: list[dict], hybrid_labels: list[str]) -> str:
-    fast = hybrid_labels[0]
     head = (
         "| scenario | model | alg | mode | verl s/it | streamrl s/it | ilp s/it (status, gap, wall) | "
         + " | ".join(f"{h} s/it (wall)" for h in hybrid_labels)
@@ -109,7 +108,6 @@ def markdown(rows: list[dict], hybrid_labels: list[str]) -> str:
             f"{cell(r, 'streamrl')} | {ilp_cell} | {hyb} | {fmt(ratio(r, 'ilp', 'verl'))} | "
             f"{fmt(ratio(r, 'ilp', 'streamrl'))} | {ratios} |"
         )
-    _ = fast
     return "\n".join(lines) + "\n"
 
 
