@@ -142,19 +142,22 @@ def test_branch_and_bound_is_exact_over_its_tables(tiny_profile, algorithm, mode
         assert [v for v, _ in found] == sorted(v for v, _ in found)
 
 
+def _screen(name: str, per_node: int, nodes: int, l4_region: str, algorithm: str, mode: str) -> tuple[Hybrid, Screen]:
+    """A search and its screen with tables built, on `nodes` A100 hosts in r1 and as many L4 hosts."""
+    groups = [
+        {"gpu": "A100 80GB", "gpus_per_node": per_node, "nodes": nodes, "region": "r1"},
+        {"gpu": "L4", "gpus_per_node": per_node, "nodes": nodes, "region": l4_region},
+    ]
+    search = _search(cluster(name, groups), algorithm, mode)
+    screen = Screen(search, groupings(search.tables.tasks), Budget(None, None))
+    assert screen.build_tables()
+    return search, screen
+
+
 def test_exact_rows_score_what_evaluate_says():
     """With its entries made exact, a plan's value under the screen's tables is evaluate()'s score (whole
     sub-host blocks: the rows' realisation does not matter)."""
-    profile = cluster(
-        "three-hosts",
-        [
-            {"gpu": "A100 80GB", "gpus_per_node": 1, "nodes": 2, "region": "r1"},
-            {"gpu": "L4", "gpus_per_node": 1, "nodes": 2, "region": "r2"},
-        ],
-    )
-    search = _search(profile, "ppo", "async")
-    screen = Screen(search, groupings(search.tables.tasks), Budget(None, None))
-    assert screen.build_tables()
+    search, screen = _screen("two-by-two", 1, 2, "r2", "ppo", "async")
     checked = 0
     for gi, grouping in enumerate(screen.groupings):
         for _, rows in screen.best_plans(gi, set()):
@@ -169,16 +172,7 @@ def test_exact_rows_score_what_evaluate_says():
 
 
 def test_proxies_are_corrected_by_the_nearest_exact_row():
-    profile = cluster(
-        "six-hosts",
-        [
-            {"gpu": "A100 80GB", "gpus_per_node": 2, "nodes": 3, "region": "r1"},
-            {"gpu": "L4", "gpus_per_node": 2, "nodes": 3, "region": "r1"},
-        ],
-    )
-    search = _search(profile, "grpo", "sync")
-    screen = Screen(search, groupings(search.tables.tasks), Budget(None, None))
-    assert screen.build_tables()
+    _, screen = _screen("six-hosts", 2, 3, "r1", "grpo", "sync")
     subset = ("reference",)
     row, near, far = (1, 1), (2, 1), (1, 0)
     before = dict(screen.table(subset))
