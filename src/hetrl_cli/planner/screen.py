@@ -10,9 +10,10 @@ groupings in *row* space, where the cost model's tables are cheap, and a rank of
   ratio seen on the nearest exact row over the same classes (`_correction`).
 - Per grouping a branch and bound finds the best rows of its groups (each class split between the groups
   or left idle) under those phases plus the exact weight syncs and transfers between the rows.
-- Best first over the groupings: the grouping whose best plan is lowest has that plan's proxied entries
-  made exact and is searched again; a plan exact throughout is scored with `evaluate()`. Until the share of
-  the budget is spent or no grouping's best can beat the best score.
+- First the whole-class plans, scored in increasing value (`_class_plans`); then best first over the
+  groupings: the grouping whose best plan is lowest has that plan's proxied entries made exact and is
+  searched again; a plan exact throughout is scored with `evaluate()`. Until the share of the budget is
+  spent or no grouping's best is within MARGIN of the best score.
 
 On whole classes a proxy is a lower bound (a task next to group mates is never faster: they only take
 memory), so when the screen ends on its own its best score beats every whole-class plan. On parts it is an
