@@ -180,18 +180,17 @@ class Hybrid:
     def evaluate(self, grouping: tuple[Subset, ...], genome: Sequence[int], budget: Budget) -> Candidate:
         from hetrl_cli.planner.ilp import relabel
 
-        tables = self.tables
         budget.count()
         options = []
         for g, subset in enumerate(grouping):
             actual, canonical = self.devices_of(genome, g)
             if not actual:
                 return Candidate(tuple(genome), math.inf, None)
-            option = tables.group_option(subset, canonical)
+            option = self.tables.group_option(subset, canonical)
             if option is None:
                 return Candidate(tuple(genome), math.inf, None)
             options.append(relabel(option, dict(zip(canonical, actual, strict=True))))
-        return Candidate(tuple(genome), tables.score(grouping, options), options)
+        return Candidate(tuple(genome), self.tables.score(grouping, options), options)
 
     # --- measured time: who is the bottleneck, who has slack -----------------------------------
 

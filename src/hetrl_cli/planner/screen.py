@@ -321,12 +321,13 @@ class Screen:
 
         while self.budget.within(SCREEN_SHARE):
             reach = incumbent * (1 + MARGIN)
-            if fresh and fresh[0][0] < reach:
+            explored = bool(fresh) and fresh[0][0] < reach
+            if explored:
                 search(heapq.heappop(fresh)[1])
-            elif not searched or searched[0][0] >= reach:
-                break
             if not searched or searched[0][0] >= reach:
-                continue
+                if explored:
+                    continue
+                break  # nothing new within reach and nothing searched within reach
             _, gi = heapq.heappop(searched)
             grouping, found = self.groupings[gi], done[gi]
             if found.versions != tuple(self.version.get(s, 0) for s in grouping):
