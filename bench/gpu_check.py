@@ -346,6 +346,74 @@ def response_logprobs(model, ids, prompt: int, micro_batch: int, grad: bool = Fa
     return out
 
 
+def kernel_seconds(fn: Callable[[], Any], device: str) -> float | None:
+    """Seconds the GPU spent in kernels and copies during fn() (torch.profiler's device events, summed): the
+    device-side work the cost model's compute and memory terms predict, without host launch gaps. None on a
+    CPU (no device events)."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    total_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == cuda)
+    if not total_us:  # a torch that attaches kernels to their CPU ops only: their self device time
+        total_us = sum(getattr(e, "self_device_time_total", 0) for e in prof.key_averages())
+    return total_us / 1e6 if total_us else None
+
+
+def host_floor(model, layers: int, timer: Timer, grad: bool, autocast=None) -> dict[str, float]:
+    """Seconds per layer of one eager forward (and backward) of a single sequence of 2 tokens: the GPU work
+    is negligible, so this is the host's dispatch time (Python, modules, kernel launches) per layer pass."""
+    import torch
+
+    ids = torch.zeros(1, 2, dtype=torch.long, device=next(model.parameters()).device)
+
+    def forward() -> Any:
+        with torch.set_grad_enabled(grad), autocast() if autocast else _null():
+            return model(input_ids=ids, use_cache=False).logits
+
+    out: dict[str, float] = {}
+    forward()
+    out["forward_per_layer_s"] = timer.median(forward, 10)[0] / layers
+    if grad:
+
+        def both() -> None:
+            forward().float().sum().backward()
+
+        both()
+        out["forward_backward_per_layer_s"] = timer.median(both, 10)[0] / layers
+        model.zero_grad(set_to_none=True)
+    return out
+
+
+def _null():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def launch_seconds(device: str, n: int = 5000) -> float | None:
+    """Host seconds per launch of a trivial kernel (x.add_(1) on one element), queued without waiting."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    x = torch.zeros(1, device=device)
+    for _ in range(100):
+        x.add_(1)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        x.add_(1)
+    queued = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return queued / n
+
+
 # ---- the checks --------------------------------------------------------------------------------------------
 
 
@@ -355,11 +423,13 @@ def measure_generation_hf(model, ids, shapes: Shapes, timer: Timer) -> dict[str,
     prefill_s, _ = timer.median(lambda: hf_generate(model, prompts, 1), shapes.repeats)
     measured, samples = timer.median(lambda: hf_generate(model, prompts, shapes.response), shapes.repeats)
     steps = max(1, shapes.response - 1)
-    return {
-        "measured_s": measured,
-        "samples_s": samples,
-        "detail": {"prefill_s": prefill_s, "decode_step_s": max(0.0, measured - prefill_s) / steps},
-    }
+    detail = {"prefill_s": prefill_s, "decode_step_s": max(0.0, measured - prefill_s) / steps}
+    device = str(prompts.device)
+    k_one = kernel_seconds(lambda: hf_generate(model, prompts, 1), device)
+    k_all = kernel_seconds(lambda: hf_generate(model, prompts, shapes.response), device)
+    if k_one is not None and k_all is not None:  # the GPU's own time: what a CUDA-graph engine would leave
+        detail.update(kernel_s=k_all, kernel_prefill_s=k_one, kernel_decode_step_s=max(0.0, k_all - k_one) / steps)
+    return {"measured_s": measured, "samples_s": samples, "detail": detail}
 
 
 def measure_inference(model, ids, shapes: Shapes, timer: Timer) -> dict[str, Any]:
@@ -369,7 +439,12 @@ def measure_inference(model, ids, shapes: Shapes, timer: Timer) -> dict[str, Any
 
     run()
     measured, samples = timer.median(run, shapes.repeats)
-    return {"measured_s": measured, "samples_s": samples}
+    detail: dict[str, float] = {}
+    kernel = kernel_seconds(run, str(ids.device))
+    if kernel is not None:
+        detail["kernel_s"] = kernel
+    detail.update(host_floor(model, model.config.num_hidden_layers, timer, grad=False))
+    return {"measured_s": measured, "samples_s": samples, "detail": detail}
 
 
 def measure_training(model, ids, shapes: Shapes, timer: Timer, device: str) -> dict[str, Any]:
@@ -398,10 +473,18 @@ def measure_training(model, ids, shapes: Shapes, timer: Timer, device: str) -> d
     step()  # warm-up
     phases.clear()
     measured, samples = timer.median(step, shapes.repeats)
-    peak = timer.peak_bytes()
-    optimizer.zero_grad(set_to_none=True)  # gradients and Adam state go before the next check
     detail = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
-    return {"measured_s": measured, "samples_s": samples, "detail": detail, "peak_memory_bytes": peak}
+    peak = max((p[k] for p in phases for k in p if k.startswith("peak_")), default=None)
+    kernel = kernel_seconds(step, device)
+    if kernel is not None:
+        detail["kernel_s"] = kernel
+    optimizer.zero_grad(set_to_none=True)  # gradients and Adam state go before the next check
+    detail.update(host_floor(model, model.config.num_hidden_layers, timer, grad=True, autocast=autocast))
+    launch = launch_seconds(device)
+    if launch is not None:
+        detail["launch_s"] = launch
+    return {"measured_s": measured, "samples_s": samples, "detail": detail,
+            "peak_memory_bytes": peak if peak is not None else timer.peak_bytes()}  # fmt: skip
 
 
 def train_step(model, optimizer, ids, advantages, shapes: Shapes, timer: Timer, autocast) -> dict[str, float]:
@@ -410,11 +493,22 @@ def train_step(model, optimizer, ids, advantages, shapes: Shapes, timer: Timer, 
 
     from hetrl_cli.runtime.algorithms import gather_logprobs, kl_k3, policy_loss
 
+    peaks: dict[str, float] = {}
+
+    def mark(phase: str | None) -> None:
+        """Close a phase: its wall time mark and (CUDA) its peak allocation, then reset the peak."""
+        timer.sync()
+        marks.append(time.perf_counter())
+        if phase and timer.cuda:
+            peaks[f"peak_{phase}_bytes"] = float(timer.torch.cuda.max_memory_allocated())
+            timer.torch.cuda.reset_peak_memory_stats()
+
+    if timer.cuda:
+        torch.cuda.reset_peak_memory_stats()
     marks = [time.perf_counter()]
     with autocast():
         old = torch.cat(response_logprobs(model, ids, shapes.prompt, shapes.micro_batch))
-    timer.sync()
-    marks.append(time.perf_counter())
+    mark("old_logprobs")
     optimizer.zero_grad(set_to_none=True)
     tokens = ids.shape[0] * shapes.response
     for lo in range(0, ids.shape[0], shapes.micro_batch):
@@ -424,14 +518,12 @@ def train_step(model, optimizer, ids, advantages, shapes: Shapes, timer: Timer, 
         logp = gather_logprobs(logits[:, shapes.prompt - 1 : -1], chunk[:, shapes.prompt :])
         pg, _ = policy_loss(logp, old[lo:hi], advantages[lo:hi], CLIP_EPS)
         ((pg + KL_COEF * kl_k3(logp, old[lo:hi])).sum() / tokens).backward()
-    timer.sync()
-    marks.append(time.perf_counter())
+    mark("forward_backward")
     torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
     optimizer.step()
-    timer.sync()
-    marks.append(time.perf_counter())
+    mark("optimizer")
     names = ("old_logprobs_s", "forward_backward_s", "optimizer_s")
-    return {name: b - a for name, a, b in zip(names, marks[:-1], marks[1:], strict=True)}
+    return {**{name: b - a for name, a, b in zip(names, marks[:-1], marks[1:], strict=True)}, **peaks}
 
 
 def measure_vllm(model, ids, shapes: Shapes, device: str) -> dict[str, Any]:
@@ -474,6 +566,7 @@ class Run:
 
     def __init__(self, out: Path, result: dict[str, Any], budget_s: float) -> None:
         self.out, self.result, self.budget_s = out, result, budget_s
+        self.only: list[str] | None = None
         self.started = time.monotonic()
 
     def over_budget(self) -> bool:
@@ -482,6 +575,9 @@ class Run:
     def part(self, name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
         """Run one check (its dict goes to checks[name]) unless the budget is spent; a failure is recorded."""
         check = self.result["checks"][name]
+        if self.only and name not in self.only:
+            check.update(status="skipped", reason="not asked for (--only)")
+            return None
         if self.over_budget():
             check.update(status="skipped", reason=f"the {self.budget_s:g} s budget was spent")
             return None
@@ -563,6 +659,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     checks = {name: {"label": CHECKS[name][1], "status": "not run"} for name in CHECKS}
     started = datetime.now(UTC).isoformat(timespec="seconds")
     run = Run(out, {"command": command, "started_at": started, "environment": env, "checks": checks}, args.budget_s)
+    run.only = args.only
     run.save()
     if not env.get("torch"):
         run.result["notes"] = ["torch does not import here: nothing measured (environment.torch_error says why)"]
@@ -711,7 +808,7 @@ def markdown(result: dict[str, Any]) -> str:
 def _row(name: str, check: dict[str, Any]) -> str:
     """One check's line: on failure or skip the measured cell says why."""
     terms = ", ".join(f"{k} {_s(v)}" for k, v in (check.get("terms") or {}).items()) or "—"
-    parts = ", ".join(f"{k.removesuffix('_s')} {_s(v)}" for k, v in (check.get("detail") or {}).items()) or "—"
+    parts = ", ".join(_part(k, v) for k, v in (check.get("detail") or {}).items()) or "—"
     error = check.get("error")
     if check.get("status") == "ok":
         measured, err = _s(check.get("measured_s")), "—" if error is None else f"{error * 100:+.0f} %"
@@ -719,6 +816,13 @@ def _row(name: str, check: dict[str, Any]) -> str:
         measured, err = ": ".join(filter(None, (check.get("status"), check.get("reason")))), "—"
     cells = [check["label"], CHECKS[name][0], _s(check.get("predicted_s")), measured, err, terms, parts]
     return "| " + " | ".join(cells) + " |"
+
+
+def _part(key: str, value: float) -> str:
+    """One measured part: seconds as numbers, peak allocations in GB."""
+    if key.endswith("_bytes"):
+        return f"{key.removesuffix('_bytes')} {_gb(value)}"
+    return f"{key.removesuffix('_s')} {_s(value)}"
 
 
 def shapes_from(args: argparse.Namespace, device: str) -> Shapes:
@@ -739,6 +843,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", help="use this profile instead of probing the host")
     parser.add_argument("--predict-from", help="re-predict the results in this folder (no measurements)")
     parser.add_argument("--budget-s", type=float, default=240.0, help="skip checks not started after this")
+    parser.add_argument("--only", nargs="+", choices=sorted(CHECKS), help="run these checks alone")
     for name in ("batch", "prompt", "response", "micro-batch", "repeats"):
         parser.add_argument(f"--{name}", type=int)
     parser.add_argument("--precision", choices=("bf16", "fp16", "fp32"))

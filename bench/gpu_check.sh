@@ -7,6 +7,8 @@
 # 2) Through the device tool, from the repo root:
 #        run(command="bash bench/gpu_check.sh", carry=["build/gpu_wheels"], timeout_s=540)
 #    Extra arguments go to gpu_check.py, e.g. `bash bench/gpu_check.sh --arch qwen3-1.7b` or `--quick`.
+#    `bash bench/gpu_check.sh suite PROFILE.json` runs qwen3-0.6b, qwen3-1.7b, qwen3-0.6b at micro-batch 32 and
+#    qwen3-4b against that profile in one call (about 7 minutes on an H200) and returns $OUT/suite.tgz.
 #    The results come back from $OUT: gpu_check.json, gpu_check.md, profile.json (or probe.json), gpu_check.log.
 #    Without the wheels the measurements still run; then predict here with
 #        .venv/bin/python bench/gpu_check.py --predict-from FILES_AT_DIR
@@ -24,6 +26,25 @@ if [ "${1:-}" = fetch-wheels ]; then
         --platform manylinux2014_x86_64 -d "$WHEELS" \
         pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
         typing-extensions==4.16.0
+fi
+
+if [ "${1:-}" = suite ]; then
+    # Several configurations in one device call, each under its own limit, given an earlier run's profile
+    # (the same GPU: no probe per run); every finished run is packed into $OUT/suite.tgz at once, so a call
+    # stopped at its limit still brings back the runs done (the tool returns at most 8 files).
+    shift
+    profile=${1:?usage: gpu_check.sh suite PROFILE.json}
+    final=${OUT:?OUT must be set}
+    work=$(mktemp -d)
+    for spec in "qwen3-0.6b 150" "qwen3-1.7b 130" "qwen3-0.6b-mb32 60 --micro-batch 32 --only inference training" \
+        "qwen3-4b 140"; do
+        set -- $spec
+        name=$1 limit=$2
+        shift 2
+        OUT=$work/$name GPU_CHECK_TIMEOUT=$limit bash "$0" --arch "${name%-mb32}" --profile "$profile" "$@"
+        tar czf "$final/suite.tgz.part" -C "$work" . && mv "$final/suite.tgz.part" "$final/suite.tgz"
+    done
+    exit 0
 fi
 
 out="${OUT:-bench/results/gpu_check}"
