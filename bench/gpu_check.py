@@ -346,10 +346,14 @@ def response_logprobs(model, ids, prompt: int, micro_batch: int, grad: bool = Fa
     return out
 
 
-def kernel_seconds(fn: Callable[[], Any], device: str) -> float | None:
+KERNEL_TOP: dict[str, list[dict[str, Any]]] = {}
+"""The costliest kernels of each profiled call (name -> [{kernel, s, calls}]), for the check's record."""
+
+
+def kernel_seconds(fn: Callable[[], Any], device: str, label: str | None = None) -> float | None:
     """Seconds the GPU spent in kernels and copies during fn() (torch.profiler's device events, summed): the
     device-side work the cost model's compute and memory terms predict, without host launch gaps. None on a
-    CPU (no device events)."""
+    CPU (no device events). With a label, the 12 costliest kernels go to KERNEL_TOP[label]."""
     if not device.startswith("cuda"):
         return None
     import torch
@@ -359,7 +363,14 @@ def kernel_seconds(fn: Callable[[], Any], device: str) -> float | None:
         fn()
         torch.cuda.synchronize()
     cuda = torch.autograd.DeviceType.CUDA
-    total_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == cuda)
+    kernels = [e for e in prof.events() if e.device_type == cuda]
+    total_us = sum(e.time_range.elapsed_us() for e in kernels)
+    if label:
+        by_name: dict[str, list[float]] = {}
+        for e in kernels:
+            by_name.setdefault(e.name[:100], []).append(e.time_range.elapsed_us() / 1e6)
+        top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:12]
+        KERNEL_TOP[label] = [{"kernel": k, "s": sum(v), "calls": len(v)} for k, v in top]
     if not total_us:  # a torch that attaches kernels to their CPU ops only: their self device time
         total_us = sum(getattr(e, "self_device_time_total", 0) for e in prof.key_averages())
     return total_us / 1e6 if total_us else None
@@ -388,6 +399,11 @@ def host_floor(model, layers: int, timer: Timer, grad: bool, autocast=None) -> d
         out["forward_backward_per_layer_s"] = timer.median(both, 10)[0] / layers
         model.zero_grad(set_to_none=True)
     return out
+
+
+def _top(prefix: str) -> dict[str, list[dict[str, Any]]]:
+    """KERNEL_TOP's entries for one check (empty on a CPU)."""
+    return {k: v for k, v in KERNEL_TOP.items() if k.startswith(prefix)}
 
 
 def _null():
@@ -425,11 +441,13 @@ def measure_generation_hf(model, ids, shapes: Shapes, timer: Timer) -> dict[str,
     steps = max(1, shapes.response - 1)
     detail = {"prefill_s": prefill_s, "decode_step_s": max(0.0, measured - prefill_s) / steps}
     device = str(prompts.device)
-    k_one = kernel_seconds(lambda: hf_generate(model, prompts, 1), device)
-    k_all = kernel_seconds(lambda: hf_generate(model, prompts, shapes.response), device)
-    if k_one is not None and k_all is not None:  # the GPU's own time: what a CUDA-graph engine would leave
-        detail.update(kernel_s=k_all, kernel_prefill_s=k_one, kernel_decode_step_s=max(0.0, k_all - k_one) / steps)
-    return {"measured_s": measured, "samples_s": samples, "detail": detail}
+    # the GPU's own time (what a CUDA-graph engine would leave): prefill, and 8 decode steps (a profile of all
+    # R steps records too many events to parse in time)
+    k_one = kernel_seconds(lambda: hf_generate(model, prompts, 1), device, "generation_prefill")
+    k_few = kernel_seconds(lambda: hf_generate(model, prompts, 9), device, "generation_decode")
+    if k_one is not None and k_few is not None:
+        detail.update(kernel_prefill_s=k_one, kernel_decode_step_s=max(0.0, k_few - k_one) / 8)
+    return {"measured_s": measured, "samples_s": samples, "detail": detail, "kernel_top": _top("generation")}
 
 
 def measure_inference(model, ids, shapes: Shapes, timer: Timer) -> dict[str, Any]:
@@ -440,11 +458,11 @@ def measure_inference(model, ids, shapes: Shapes, timer: Timer) -> dict[str, Any
     run()
     measured, samples = timer.median(run, shapes.repeats)
     detail: dict[str, float] = {}
-    kernel = kernel_seconds(run, str(ids.device))
+    kernel = kernel_seconds(run, str(ids.device), "inference")
     if kernel is not None:
         detail["kernel_s"] = kernel
     detail.update(host_floor(model, model.config.num_hidden_layers, timer, grad=False))
-    return {"measured_s": measured, "samples_s": samples, "detail": detail}
+    return {"measured_s": measured, "samples_s": samples, "detail": detail, "kernel_top": _top("inference")}
 
 
 def measure_training(model, ids, shapes: Shapes, timer: Timer, device: str) -> dict[str, Any]:
@@ -475,7 +493,7 @@ def measure_training(model, ids, shapes: Shapes, timer: Timer, device: str) -> d
     measured, samples = timer.median(step, shapes.repeats)
     detail = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
     peak = max((p[k] for p in phases for k in p if k.startswith("peak_")), default=None)
-    kernel = kernel_seconds(step, device)
+    kernel = kernel_seconds(step, device, "training")
     if kernel is not None:
         detail["kernel_s"] = kernel
     optimizer.zero_grad(set_to_none=True)  # gradients and Adam state go before the next check
@@ -483,7 +501,7 @@ def measure_training(model, ids, shapes: Shapes, timer: Timer, device: str) -> d
     launch = launch_seconds(device)
     if launch is not None:
         detail["launch_s"] = launch
-    return {"measured_s": measured, "samples_s": samples, "detail": detail,
+    return {"measured_s": measured, "samples_s": samples, "detail": detail, "kernel_top": _top("training"),
             "peak_memory_bytes": peak if peak is not None else timer.peak_bytes()}  # fmt: skip
 
 
@@ -649,8 +667,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.summary:
+        print(summary(Path(args.summary), args.profile))
+        return {}
     if args.predict_from:
-        return repredict(Path(args.predict_from), out)
+        return repredict(Path(args.predict_from), out, args.profile)
     # 1) environment
     env = environment()
     for key, value in env.items():
@@ -744,10 +765,13 @@ def load_profile(path: Path):
     return load_artifact(path, ClusterProfile)
 
 
-def repredict(src: Path, out: Path) -> dict[str, Any]:
-    """Predictions for a finished run's results, from its profile.json (or probe.json): no device needed."""
+def repredict(src: Path, out: Path, profile_file: str | None = None) -> dict[str, Any]:
+    """Predictions for a finished run's results, from `profile_file`, else its profile.json (or probe.json): no
+    device needed."""
     result = json.loads((src / "gpu_check.json").read_text())
-    if (src / "profile.json").exists():
+    if profile_file:
+        profile = load_profile(Path(profile_file))
+    elif (src / "profile.json").exists():
         profile = load_profile(src / "profile.json")
     else:
         profile = profile_from_facts(json.loads((src / "probe.json").read_text()))
@@ -759,6 +783,42 @@ def repredict(src: Path, out: Path) -> dict[str, Any]:
     (out / "gpu_check.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "gpu_check.md").write_text(markdown(result))
     return result
+
+
+def summary(root: Path, profile_file: str | None) -> str:
+    """Every run under `root` (each gpu_check.json) re-predicted by this tree's cost model: one markdown row per
+    measured check, the error against the wall time and against the GPU's kernel time."""
+    profile = load_profile(Path(profile_file)) if profile_file else None
+    rows = [
+        "| run | model | micro-batch | check | measured s | kernel s | predicted s | error | error vs kernel |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for path in sorted(root.rglob("gpu_check.json")):
+        result = json.loads(path.read_text())
+        given = profile or (
+            load_profile(path.parent / "profile.json") if (path.parent / "profile.json").exists() else None
+        )
+        if given is None or not result.get("shapes"):
+            continue
+        predictions = predict(given, result["arch"], Shapes(**result["shapes"]))
+        for name, check in result["checks"].items():
+            if check.get("status") != "ok":
+                continue
+            predicted = predictions[CHECKS[name][0]]["predicted_s"]
+            measured = check["measured_s"]
+            detail = check.get("detail") or {}
+            kernel = detail.get("kernel_s")
+            if kernel is None and "kernel_decode_step_s" in detail:  # prefill + R-1 steps like the 8 profiled
+                kernel = (
+                    detail["kernel_prefill_s"] + (result["shapes"]["response"] - 1) * detail["kernel_decode_step_s"]
+                )
+            vs_kernel = f"{(predicted - kernel) / kernel * 100:+.0f} %" if kernel else "—"
+            rows.append(
+                f"| {path.parent.relative_to(root)} | {result['arch']} | {result['shapes']['micro_batch']} | "
+                f"{check['label']} | {_s(measured)} | {_s(kernel)} | {_s(predicted)} | "
+                f"{(predicted - measured) / measured * 100:+.0f} % | {vs_kernel} |"
+            )
+    return "\n".join(rows)
 
 
 # ---- report ------------------------------------------------------------------------------------------------
@@ -842,6 +902,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small shapes and the quick probe")
     parser.add_argument("--profile", help="use this profile instead of probing the host")
     parser.add_argument("--predict-from", help="re-predict the results in this folder (no measurements)")
+    parser.add_argument("--summary", help="print every run under this folder re-predicted (markdown)")
     parser.add_argument("--budget-s", type=float, default=240.0, help="skip checks not started after this")
     parser.add_argument("--only", nargs="+", choices=sorted(CHECKS), help="run these checks alone")
     for name in ("batch", "prompt", "response", "micro-batch", "repeats"):
@@ -852,4 +913,4 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 if __name__ == "__main__":  # vLLM spawns processes: the guard keeps them from re-running the check
     done = main()
-    sys.exit(0 if any(c.get("status") == "ok" for c in done["checks"].values()) else 1)
+    sys.exit(0 if not done or any(c.get("status") == "ok" for c in done["checks"].values()) else 1)
