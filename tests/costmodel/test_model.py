@@ -55,21 +55,57 @@ def test_generation_waves_when_kv_cache_is_short() -> None:
     assert est.cost.total_s > steps_one_batch * 16.4e9 / (300e9 * C.HBM_EFFICIENCY) * 5
 
 
+def forward_traffic(a, tokens: float, act: int = 2, response_share: float = 0.0, head: str = "lm") -> float:
+    """Non-matmul bytes of one forward of `tokens` tokens on one device, by hand."""
+    traffic = a.num_layers * a.layer_traffic_bytes_per_token(act)
+    if head == "lm":
+        traffic += a.vocab_size * (act + response_share * C.LOGITS_TRAFFIC_BYTES_PER_RESPONSE_ENTRY)
+    return tokens * traffic
+
+
 def test_training_time_by_hand(one_a100, grpo_small: Workload) -> None:
     cm = CostModel(one_a100, grpo_small)
     est = cm.task(dp_placement("actor_train", ["a0/0"]))
     a = BUILTIN["qwen3-0.6b"]
     tokens = 64 * (256 + 128)
-    # fwd + bwd (3 forwards) plus the old log-probs' forward before the update
-    compute = tokens * (3 + 1) * a.forward_flops_per_token((256 + 128) / 2) / (A100_FLOPS * C.TRAIN_MFU)
-    optimizer = a.param_count() * (2 + 2 * 12 + 2) / A100_BPS
+    # fwd + bwd (3 forwards) plus the old log-probs' forward before the update: matmuls as FLOPs, the rest as
+    # memory traffic (non-matmul ops, 1/3 of the tokens are response tokens for the log-softmax), plus the
+    # mixed-precision weight casts and gradient accumulation per micro-batch (16 micro-batches of 4)
+    compute = tokens * (3 + 1) * a.forward_flops_per_token((256 + 128) / 2) / (A100_FLOPS * C.TRAIN_MATMUL_EFFICIENCY)
+    traffic = forward_traffic(a, tokens, response_share=128 / 384)
+    micro_batches, passes = 16, 1 + 1 / 3
+    trained = a.num_layers * a.layer_params + a.head_matmul_params()  # the weights the forward casts
+    mixed = micro_batches * passes * trained * C.MIXED_PRECISION_BYTES_PER_PARAM
+    memory = (4 * traffic + mixed) / (A100_BPS * C.ELEMENTWISE_HBM_EFFICIENCY)
+    optimizer = a.param_count() * 80 / A100_BPS
+    floor = micro_batches * passes * a.num_layers * C.EAGER_DISPATCH_S_PER_LAYER_TRAIN
+    assert compute + memory < floor  # 4-sequence micro-batches of a 0.6B model: an A100 waits on its host
     assert est.cost.compute_s == pytest.approx(compute, rel=1e-9)
-    assert est.cost.total_s == pytest.approx(compute + optimizer, rel=1e-9)
+    assert est.terms["memory"] == pytest.approx(memory, rel=1e-9)
+    assert est.terms["host"] == pytest.approx(floor - compute - memory, rel=1e-9)
+    assert est.cost.total_s == pytest.approx(floor + optimizer, rel=1e-9)
     # memory: 16 B/param of model states + one micro-batch (4 × 512 tokens) of activations + logits
     mb_tokens = 4 * 512
     expected = a.param_count() * 16 + mb_tokens * 28 * a.activation_bytes_per_token_layer()
     expected += mb_tokens * a.vocab_size * C.LOGITS_BYTES_PER_ENTRY
     assert est.memory_bytes["a0/0"] == int(expected)
+
+
+def test_small_micro_batches_are_host_bound_on_a_gpu_not_on_a_cpu(one_a100) -> None:
+    """One sequence per micro-batch leaves an A100 waiting on the host's launches: the stage takes the
+    dispatch floor per layer and micro-batch; a CPU device has no such floor."""
+    w = Workload(actor={"arch": "qwen3-0.6b"}, prompts_per_step=8, responses_per_prompt=2, max_prompt_tokens=64,
+                 max_response_tokens=64, micro_batch=1)  # fmt: skip
+    est = CostModel(one_a100, w).task(dp_placement("reference", ["a0/0"]))
+    floor = 16 * 28 * C.EAGER_DISPATCH_S_PER_LAYER_FORWARD
+    assert est.cost.total_s == pytest.approx(floor, rel=1e-9)
+    assert est.terms["host"] == pytest.approx(floor - est.terms["compute"] - est.terms["memory"], rel=1e-9)
+    assert est.terms["host"] > 0
+    cpu = make_profile([("c0", "A100", 1, "r")])
+    cpu = cpu.model_copy(update={"devices": [d.model_copy(update={"kind": "cpu"}) for d in cpu.devices]})
+    on_cpu = CostModel(cpu, w).task(dp_placement("reference", ["c0/0"]))
+    assert on_cpu.terms["host"] == 0
+    assert on_cpu.cost.total_s == pytest.approx(on_cpu.terms["compute"] + on_cpu.terms["memory"], rel=1e-9)
 
 
 def test_reward_model_forward_by_hand(one_a100) -> None:
@@ -84,8 +120,12 @@ def test_reward_model_forward_by_hand(one_a100) -> None:
     est = CostModel(one_a100, w).task(dp_placement("reward", ["a0/0"]))
     a = BUILTIN["qwen3-0.6b"]
     tokens = 16 * 150
-    expected = tokens * a.forward_flops_per_token(75, head="value") / (A100_FLOPS * C.INFERENCE_MFU)
-    assert est.cost.total_s == pytest.approx(expected, rel=1e-9)
+    compute = tokens * a.forward_flops_per_token(75, head="value") / (A100_FLOPS * C.INFERENCE_MATMUL_EFFICIENCY)
+    traffic = forward_traffic(a, tokens, head="value")  # a value head: no vocabulary-sized logits
+    memory = traffic / (A100_BPS * C.ELEMENTWISE_HBM_EFFICIENCY)
+    floor = math.ceil(16 / w.micro_batch) * 28 * C.EAGER_DISPATCH_S_PER_LAYER_FORWARD
+    assert est.cost.total_s == pytest.approx(max(compute + memory, floor), rel=1e-9)
+    assert floor > 0 and compute + memory > 0
 
 
 def test_plan_that_does_not_fit_names_device_and_bytes() -> None:

@@ -70,8 +70,10 @@ FREE_COMM = make_profile(HOSTS, default_link=(1e15, 0.0))
 @FAST
 @given(st.permutations(ALL), st.integers(1, 7))
 def test_more_dp_replicas_never_slower_for_forward_tasks(order, n) -> None:
-    """Forward work is proportional to a replica's share, so adding any device helps when balanced."""
-    cm = CostModel(FREE_COMM, WORKLOAD)
+    """Forward work is proportional to a replica's share, so adding any device helps when balanced. One
+    micro-batch per replica: the host dispatch floor is paid per micro-batch, and with several the rounding
+    of a share to whole micro-batches can make a fifth replica cost a host-bound straggler ~0.1 %."""
+    cm = CostModel(FREE_COMM, WORKLOAD.model_copy(update={"micro_batch": 64}))
     fewer = cm.task(TaskPlacement("reference", tuple(((d,),) for d in order[:n])))
     more = cm.task(TaskPlacement("reference", tuple(((d,),) for d in order[: n + 1])))
     assert more.cost.total_s <= fewer.cost.total_s * (1 + 1e-6)

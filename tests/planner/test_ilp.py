@@ -18,6 +18,9 @@ from .conftest import TINY, cluster, workload
 
 HIGHS_TOLERANCE = 2e-6
 """Twice HiGHS's default primal/MIP feasibility tolerance (1e-6): how far an optimal T may undershoot."""
+HIGHS_REL_TOLERANCE = 1e-6
+"""The same tolerance applies to HiGHS's scaled rows, so on objectives of hundreds of seconds (host-bound
+tiny-cluster plans) the undershoot scales with T: seen 2.3e-7 × T; an under-priced leaf is off by far more."""
 CASES = [("grpo", "sync"), ("grpo", "async"), ("ppo", "sync"), ("ppo", "async")]
 
 
@@ -31,8 +34,8 @@ def test_ilp_equals_brute_force(tiny_profile, algorithm, mode):
     assert result.status == "optimal"
     assert best is not None
     # HiGHS meets rows to its feasibility tolerance (1e-6 absolute): T may sit that far below a phase sum
-    assert result.objective == pytest.approx(best[0], rel=1e-9, abs=HIGHS_TOLERANCE)
-    assert result.bound == pytest.approx(result.objective, rel=1e-9, abs=HIGHS_TOLERANCE)
+    assert result.objective == pytest.approx(best[0], rel=HIGHS_REL_TOLERANCE, abs=HIGHS_TOLERANCE)
+    assert result.bound == pytest.approx(result.objective, rel=HIGHS_REL_TOLERANCE, abs=HIGHS_TOLERANCE)
     options = realise(tables, result.grouping, result.pools, result.options)
     estimate = cm.evaluate(tables.groups(result.grouping, options), tables.placements(options))
     assert estimate.feasible
@@ -78,7 +81,7 @@ def test_every_grouping_leaf_equals_brute_force(tiny_profile, algorithm, mode):
             assert result.objective is None
             continue
         assert result.status == "optimal", grouping
-        assert result.objective == pytest.approx(best[0], rel=1e-9, abs=HIGHS_TOLERANCE), grouping
+        assert result.objective == pytest.approx(best[0], rel=HIGHS_REL_TOLERANCE, abs=HIGHS_TOLERANCE), grouping
         together = any("actor_train" in g and "generation" in g for g in grouping)
         critic_apart = not any("critic_train" in g and "critic_inference" in g for g in grouping)
         mixed += together and critic_apart

@@ -6,7 +6,10 @@ Everything here is exact from the shapes (no fitted constants). Sources:
 - training = 3 × forward (backward ≈ 2 × forward), + 1 forward with full activation recomputation
   (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §5);
 - activation bytes: stored-tensor counting as in Korthikanti et al. 2022 §4.1, adapted to GQA, a gated
-  (SwiGLU) MLP, flash attention (no s² score matrix stored) and no dropout.
+  (SwiGLU) MLP, flash attention (no s² score matrix stored) and no dropout;
+- non-matmul memory traffic: the bytes each eager PyTorch op of a Hugging Face Llama/Qwen decoder layer reads
+  and writes (counted op by op; on an H200 these ops took 60-70 % of a 0.6B model's forward, see
+  docs/costmodel.md "Non-matmul traffic").
 """
 
 from __future__ import annotations
@@ -20,6 +23,13 @@ from hetrl_cli.artifacts.workload import ModelSpec
 from hetrl_cli.errors import BadInput
 
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def rmsnorm_traffic_bytes(act: int) -> int:
+    """HBM bytes per element of an eager RMSNorm (Hugging Face's): upcast to fp32, x², mean, x·rsqrt(var),
+    downcast, ·weight; the two casts are no-ops in fp32. 36 in bf16, 28 in fp32."""
+    casts = (act + 4) + (4 + act) if act < 4 else 0
+    return casts + 8 + 4 + 8 + 2 * act
 
 
 @dataclass(frozen=True)
@@ -119,6 +129,21 @@ class ArchSpec:
     def train_flops_per_token(self, context: float, recompute: bool = False, head: str = "lm") -> float:
         """Forward + backward (backward = 2 × forward), + one more forward with full recomputation."""
         return (TRAIN_FORWARD_MULTIPLE + (1.0 if recompute else 0.0)) * self.forward_flops_per_token(context, head)
+
+    def layer_traffic_bytes_per_token(self, act: int, tp: int = 1) -> float:
+        """HBM bytes one token moves through one layer's non-matmul ops in an eager forward, per device of a
+        TP group (`act` = activation bytes). The matmuls are charged as FLOPs; these ops are memory bound:
+          two RMSNorms and two residual adds on the hidden state (replicated across TP);
+          rotary embedding on q and k (·cos, rotate_half's negate and concatenate, ·sin, add: 10 × act);
+          q/k RMSNorms (Qwen3); flash attention reading q, k, v and writing its output; the head-major copies of
+          q, k, v and the output (transpose then contiguous); SiLU(gate) · up (5 × act per MLP element)."""
+        norm = rmsnorm_traffic_bytes(act)
+        h, q, kv = self.hidden_size, self.q_dim, self.kv_dim
+        replicated = 2 * norm * h + 2 * 3 * act * h
+        qk = q + kv
+        attention = 10 * act * qk + (norm * qk if self.qk_norm else 0) + 3 * act * (2 * q + 2 * kv)
+        mlp = 5 * act * self.intermediate_size
+        return replicated + (attention + mlp) / tp
 
     # ---- memory -------------------------------------------------------------------------------------------
     def kv_bytes_per_token(self, dtype: str = "bf16", layers: int | None = None) -> int:

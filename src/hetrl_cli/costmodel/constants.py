@@ -8,12 +8,31 @@ Units are in the names: _s seconds, _Bps bytes/s, _bytes bytes, _FLOPs floating-
 from __future__ import annotations
 
 # ---- achievable fractions of peak ---------------------------------------------------------------------------
-TRAIN_MFU = 0.40
-"""Model-FLOPs utilisation of fwd+bwd. Megatron-LM reaches 40–56 % on A100 at scale (Narayanan et al. 2021,
-Table 1; Korthikanti et al. 2022, Table 5); RL trainers on FSDP with variable lengths sit at the low end."""
-INFERENCE_MFU = 0.50
-"""Forward-only passes (reference, reward, critic values) over packed micro-batches: no backward, no
-optimizer, larger effective batches than training (vLLM/HF prefill benchmarks land at 45–60 % of peak)."""
+TRAIN_MATMUL_EFFICIENCY = 0.90
+"""Rate of the matmuls of fwd+bwd as a fraction of the profile's matmul rate (`Device.tflops`). Only the
+matmuls: the non-matmul ops are charged as memory traffic (ELEMENTWISE_HBM_EFFICIENCY) and host dispatch
+(EAGER_DISPATCH_S_PER_LAYER_*). On an H200 the forward matmuls of Qwen3-0.6B/1.7B ran at 1.04–1.18 × the
+probe's rate (bench/results/gpu_check_h200, run3's kernel tables); backward's transposed layouts a little
+slower. Whole-model figures such as Megatron's 40–56 % MFU (Narayanan et al. 2021) include the rest."""
+INFERENCE_MATMUL_EFFICIENCY = 1.0
+"""As TRAIN_MATMUL_EFFICIENCY for forward-only passes (reference, reward, critic values)."""
+ELEMENTWISE_HBM_EFFICIENCY = 0.60
+"""Fraction of the profile's memory bandwidth the eager non-matmul ops of a forward or backward reach
+(ArchSpec.layer_traffic_bytes_per_token): on an H200 the non-matmul kernels of Qwen3-0.6B and 1.7B took
+70 and 88 ms for 177 and 230 GB counted, 0.61–0.63 of the probe's 4.15 TB/s (bench/results/gpu_check_h200)."""
+EAGER_DISPATCH_S_PER_LAYER_FORWARD = 1.0e-3
+"""Host time to dispatch one decoder layer's eager forward (Python modules + kernel launches) on a GPU: the
+device cannot finish a micro-batch's layer sooner, so small models at small micro-batches are host bound.
+Measured on the H200 machine (torch 2.11, transformers 5.17, a 12 µs kernel launch): 0.95–1.10 ms per Qwen3
+layer forward of 2 tokens, where the GPU work is negligible. A CPU does dispatch and work in one thread, so
+the per-task overhead that calibration fits carries it there; this floor applies to GPU devices only."""
+EAGER_DISPATCH_S_PER_LAYER_TRAIN = 4.5e-3
+"""As EAGER_DISPATCH_S_PER_LAYER_FORWARD for a training micro-batch's forward + backward under autocast
+(4.4–5.8 ms per layer measured there); actor_train's old-log-prob forward counts as a third of it."""
+MIXED_PRECISION_BYTES_PER_PARAM = 24
+"""Per parameter and training micro-batch with fp32 master weights under bf16/fp16 autocast (PyTorch AMP,
+FSDP mixed precision): the forward casts each weight (read 4, write 2), backward casts its gradient back
+(read 2, write 4) and accumulates it into the fp32 gradient (read 4 + 4, write 4)."""
 PREFILL_MFU = 0.50
 """Prompt processing in the rollout engine: one large matmul-bound forward (as INFERENCE_MFU)."""
 DECODE_MFU = 0.50
@@ -43,6 +62,9 @@ block fragmentation)."""
 USABLE_MEMORY_FRACTION = 0.92
 """What training and inference may allocate: the CUDA context (~0.5 GB) and caching-allocator fragmentation
 (~5 %) take the rest (PyTorch memory-management notes; observed 4–8 % in FSDP runs)."""
+LOGITS_TRAFFIC_BYTES_PER_RESPONSE_ENTRY = 16
+"""HBM bytes per vocabulary entry of a response token after the logits are written (act bytes per entry for
+every token): the fp32 copy log-softmax takes (write 4), its max/sum passes and output (read 8, write 4)."""
 LOGITS_BYTES_PER_ENTRY = 6
 """Per vocabulary entry per token on the last stage: bf16 logits (2) + the fp32 log-softmax kept for
 backward (4). The largest single activation for 150k-token vocabularies."""

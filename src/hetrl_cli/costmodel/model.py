@@ -98,6 +98,7 @@ TERM_LABEL: dict[str, str] = {
     "optimizer": "optimizer step",
     "offload": "offload copies",
     "overhead": "per-step overhead",
+    "host": "host dispatch (eager launches)",
 }
 
 
@@ -119,6 +120,9 @@ class _DevClass:
     opt_Bps: float = 0.0
     """The memory traffic rate of the optimizer step (mem_Bps × the calibrated `optimizer` factor): an
     elementwise update, bandwidth-bound when fused on a GPU, bound by unfused element work on a CPU."""
+    launches: bool = False
+    """An accelerator fed by asynchronous kernel launches: its eager passes cannot run faster than the host
+    dispatches them (constants.EAGER_DISPATCH_S_PER_LAYER_*). False for a CPU device."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,8 @@ class _Stage:
     missing_flops: bool
     opt_Bps: float = 0.0
     """The optimizer step's traffic rate per device (slowest member)."""
+    launches: bool = False
+    """Every member is an accelerator fed by asynchronous launches (_DevClass.launches)."""
 
 
 @dataclass
@@ -175,17 +181,24 @@ def host_slowdown(device) -> float:
     return 1.0
 
 
-def _stage_parts(per_stage, mb_tok: float, mult: float, msg: float, passes) -> list[tuple[float, float, float]]:
-    """(compute, TP all-reduces, send to the next stage) seconds of one micro-batch per pipeline stage over
-    all its passes (_fwd_static's `passes`), from _fwd_static's per-stage inputs: _fwd_replica's stage times,
-    also what _refine_split balances."""
+def _stage_parts(
+    per_stage, mb_tok: float, mult: float, msg: float, passes
+) -> list[tuple[float, float, float, float, float, float]]:
+    """(busy, TP all-reduces, send to the next stage, compute, memory, host wait) seconds of one micro-batch
+    per pipeline stage over all its passes (_fwd_static's `passes`), from _fwd_static's per-stage inputs:
+    _fwd_replica's stage times, also what _refine_split balances. busy = max(compute + memory, host dispatch
+    floor) = compute + memory + host wait: the matmuls and the memory-bound ops run one after another on the
+    device, which cannot run ahead of the host that launches them."""
     p_compute, p_tp, p_p2p = passes
     out = []
-    for fpt, c_den, ar_mult, tp, ar_link, p2p_mult, hop in per_stage:
+    for fpt, c_den, ar_mult, tp, ar_link, p2p_mult, hop, mem_tok_s, mem_fixed_s, floor_s in per_stage:
         c = mb_tok * mult * fpt / c_den
+        mem = mb_tok * mult * mem_tok_s + mem_fixed_s
+        wait = floor_s - (c + mem) if floor_s > c + mem else 0.0
         tpc = ar_mult * allreduce_s(msg, tp, ar_link)
         hop_s = 0.0 if hop is None else p2p_mult * p2p_s(msg, hop)
-        out.append((p_compute * c, p_tp * tpc, p_p2p * hop_s))
+        out.append((p_compute * (c + mem + wait), p_tp * tpc, p_p2p * hop_s, p_compute * c, p_compute * mem,
+                    p_compute * wait))  # fmt: skip
     return out
 
 
@@ -256,6 +269,7 @@ class CostModel:
                         d.memory_bytes,
                         host_slowdown(d),
                         opt_Bps,
+                        d.kind != "cpu",
                     )
                 )
             else:
@@ -756,6 +770,7 @@ class CostModel:
             link=link,
             missing_flops=any(c.compute_Fps <= 0 for c in cls),
             opt_Bps=min(c.opt_Bps for c in cls),
+            launches=all(c.launches for c in cls),
         )
         self._stage_cache[classes] = st
         return st
@@ -876,8 +891,8 @@ class CostModel:
         def stage_s(p: int, layers_p: int) -> float:
             if (p, layers_p) not in seconds:
                 row = self._stage_row(task, stages, p, layers_p, consts)
-                c, tpc, hop_s = _stage_parts([row], mb_tok, mult, msg, passes)[0]
-                seconds[(p, layers_p)] = c + tpc + hop_s
+                busy, tpc, hop_s = _stage_parts([row], mb_tok, mult, msg, passes)[0][:3]
+                seconds[(p, layers_p)] = busy + tpc + hop_s
             return seconds[(p, layers_p)]
 
         def times(ls: list[int]) -> list[float]:
@@ -972,7 +987,7 @@ class CostModel:
             memory_s=terms.get("memory", 0.0) + terms.get("optimizer", 0.0),
             comm_s=terms.get("tp_comm", 0.0) + terms.get("pp_p2p", 0.0) + terms.get("dp_allreduce", 0.0),
             bubble_s=terms.get("bubble", 0.0),
-            other_s=terms.get("offload", 0.0) + terms.get("overhead", 0.0),
+            other_s=terms.get("offload", 0.0) + terms.get("overhead", 0.0) + terms.get("host", 0.0),
             total_s=total,
         )
         violation = next((rep.violation for rep in reps if rep.violation), None)
@@ -1182,12 +1197,14 @@ class CostModel:
         mb_tok = n_seq * self.seq_mean / m
         msg = mb_tok * h * self.act_bytes
         parts_t = _stage_parts(per_stage, mb_tok, mult, msg, passes)
-        times = [c + tpc + hop_s for c, tpc, hop_s in parts_t]
+        times = [busy + tpc + hop_s for busy, tpc, hop_s, *_ in parts_t]
         pp = len(per_stage)
         crit = max(range(pp), key=times.__getitem__) if pp > 1 else 0
-        c, tpc, hop_s = parts_t[crit]
+        _busy, tpc, hop_s, c, mem, wait = parts_t[crit]
         terms = {
             "compute": m * c,
+            "memory": m * mem,
+            "host": m * wait,
             "tp_comm": m * tpc,
             "pp_p2p": m * hop_s,
             "bubble": sum(times) - times[crit],
@@ -1217,8 +1234,9 @@ class CostModel:
         return per_stage, labels, pp_label, passes, mult, self.workload.micro_batch, self.arch[task].hidden_size
 
     def _fwd_consts(self, task) -> tuple:
-        """(arch, head, attention context, pass multiple, MFU, TP all-reduces and stage sends per layer pass,
-        passes) of a forward task: what every stage's timing row shares."""
+        """(arch, head, attention context, pass multiple, matmul efficiency, TP all-reduces and stage sends per
+        layer pass, passes, host dispatch seconds per layer pass, mixed-precision bytes per parameter and
+        micro-batch pass) of a forward task: what every stage's timing row shares."""
         hit = self._consts_cache.get(task)
         if hit is not None:
             return hit
@@ -1229,25 +1247,37 @@ class CostModel:
         epochs = w.ppo_epochs if train else 1
         if train:
             mult = _train_multiple(w.recompute)
-            mfu = C.TRAIN_MFU
+            mfu = C.TRAIN_MATMUL_EFFICIENCY
+            dispatch = C.EAGER_DISPATCH_S_PER_LAYER_TRAIN
+            mixed = 0 if w.precision == "fp32" else C.MIXED_PRECISION_BYTES_PER_PARAM
             n_ar = 4 + (2 if w.recompute else 0)  # Megatron TP: 2 all-reduces fwd, 2 bwd (+2 recomputed fwd)
             n_p2p = 2  # activation forward, its gradient backward
         else:
-            mult, mfu, n_ar, n_p2p = 1.0, C.INFERENCE_MFU, 2, 1
+            mult, mfu, n_ar, n_p2p = 1.0, C.INFERENCE_MATMUL_EFFICIENCY, 2, 1
+            dispatch, mixed = C.EAGER_DISPATCH_S_PER_LAYER_FORWARD, 0
         # passes of (compute and bubble, TP all-reduces, stage sends), in units of one training (inference) pass;
         # actor_train first runs one forward of its batch on the training layout for the old log-probs
         passes = (epochs, epochs, epochs)
         if task == "actor_train":
             passes = (epochs + 1 / mult, epochs + 2 / n_ar, epochs + 1 / n_p2p)
-        hit = self._consts_cache[task] = (arch, HEAD[task], ctx, mult, mfu, n_ar, n_p2p, passes)
+        hit = self._consts_cache[task] = (arch, HEAD[task], ctx, mult, mfu, n_ar, n_p2p, passes, dispatch, mixed)
         return hit
 
     def _stage_row(self, task, stages, p: int, layers: int, consts: tuple) -> tuple:
         """Stage p's timing inputs with `layers` layers (_stage_parts' row): they depend on nothing else of
         the split."""
-        arch, head, ctx, _mult, mfu, n_ar, n_p2p, _passes = consts
+        arch, head, ctx, _mult, mfu, n_ar, n_p2p, _passes, dispatch, mixed = consts
         st = stages[p]
         last = p == len(stages) - 1
+        act = self.act_bytes
+        traffic = layers * arch.layer_traffic_bytes_per_token(act, st.tp)
+        params = layers * arch.layer_params
+        if last and head == "lm":
+            response_share = self.resp_mean / self.seq_mean
+            traffic += arch.vocab_size / st.tp * (act + response_share * C.LOGITS_TRAFFIC_BYTES_PER_RESPONSE_ENTRY)
+        if last:
+            params += arch.head_matmul_params(head)
+        mem_Bps = st.mem_Bps * C.ELEMENTWISE_HBM_EFFICIENCY
         return (
             self._stage_flops_per_token(arch, head, layers, last, ctx),
             st.compute_Fps * mfu,
@@ -1256,6 +1286,9 @@ class CostModel:
             st.link,
             n_p2p,
             None if last else self._stage_link(st, stages[p + 1]),
+            traffic / mem_Bps,
+            params / st.tp * mixed / mem_Bps,
+            layers * dispatch if st.launches else 0.0,
         )
 
     def _fwd_memory(self, task, stages, split, m, offload, names, dp) -> tuple[list[float], list[str], float]:
