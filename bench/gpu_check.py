@@ -787,11 +787,13 @@ def repredict(src: Path, out: Path, profile_file: str | None = None) -> dict[str
 
 def summary(root: Path, profile_file: str | None) -> str:
     """Every run under `root` (each gpu_check.json) re-predicted by this tree's cost model: one markdown row per
-    measured check, the error against the wall time and against the GPU's kernel time."""
+    measured check with the prediction recorded at run time and its error, this tree's prediction and its
+    error against the wall time and against the GPU's kernel time."""
     profile = load_profile(Path(profile_file)) if profile_file else None
     rows = [
-        "| run | model | micro-batch | check | measured s | kernel s | predicted s | error | error vs kernel |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| run | model | micro-batch | check | measured s | kernel s | recorded prediction | error | "
+        "this tree | error | error vs kernel |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for path in sorted(root.rglob("gpu_check.json")):
         result = json.loads(path.read_text())
@@ -813,9 +815,11 @@ def summary(root: Path, profile_file: str | None) -> str:
                     detail["kernel_prefill_s"] + (result["shapes"]["response"] - 1) * detail["kernel_decode_step_s"]
                 )
             vs_kernel = f"{(predicted - kernel) / kernel * 100:+.0f} %" if kernel else "—"
+            recorded = check.get("predicted_s")
+            before = f"{(recorded - measured) / measured * 100:+.0f} %" if recorded else "—"
             rows.append(
                 f"| {path.parent.relative_to(root)} | {result['arch']} | {result['shapes']['micro_batch']} | "
-                f"{check['label']} | {_s(measured)} | {_s(kernel)} | {_s(predicted)} | "
+                f"{check['label']} | {_s(measured)} | {_s(kernel)} | {_s(recorded)} | {before} | {_s(predicted)} | "
                 f"{(predicted - measured) / measured * 100:+.0f} % | {vs_kernel} |"
             )
     return "\n".join(rows)
