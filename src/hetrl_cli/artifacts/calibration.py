@@ -60,7 +60,7 @@ class Validation(Artifact):
 
 class DeviceFactors(Strict):
     compute: float = Field(1.0, gt=0)
-    """Multiplies the profile's FLOP/s (on top of the MFU priors in costmodel/constants.py)."""
+    """Multiplies the profile's FLOP/s (on top of the efficiency priors in costmodel/constants.py)."""
     memory: float = Field(1.0, gt=0)
     """Multiplies the profile's memory bandwidth."""
     optimizer: float = Field(1.0, gt=0)

@@ -34,7 +34,8 @@ MIXED_PRECISION_BYTES_PER_PARAM = 24
 FSDP mixed precision): the forward casts each weight (read 4, write 2), backward casts its gradient back
 (read 2, write 4) and accumulates it into the fp32 gradient (read 4 + 4, write 4)."""
 PREFILL_MFU = 0.50
-"""Prompt processing in the rollout engine: one large matmul-bound forward (as INFERENCE_MFU)."""
+"""Prompt processing in the rollout engine: one large matmul-bound forward; a whole-pass figure (its
+non-matmul work is not charged separately; on the H200 its kernels took 43 ms where this predicts 30)."""
 DECODE_MFU = 0.50
 """Compute side of a decode step (rarely binding: decode is memory bound below a few hundred sequences)."""
 HBM_EFFICIENCY = 0.80

@@ -111,7 +111,7 @@ class _DevClass:
     name: str
     region: str
     compute_Fps: float
-    """FLOP/s at the workload precision (profile figure × calibration; task MFUs apply on top)."""
+    """FLOP/s at the workload precision (profile figure × calibration; the tasks' efficiency constants apply on top)."""
     mem_Bps: float
     memory_bytes: int
     host_slowdown: float = 1.0
