@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from hetrl_cli.artifacts.workload import ModelSpec
-from hetrl_cli.costmodel.architectures import BUILTIN, from_hf_config, resolve
+from hetrl_cli.artifacts.workload import ModelSpec, Workload
+from hetrl_cli.costmodel.architectures import BUILTIN, from_hf_config, resolve, rmsnorm_traffic_bytes
+from hetrl_cli.costmodel.memory import optimizer_step_traffic_bytes_per_param
 from hetrl_cli.errors import BadInput
 
 
@@ -67,6 +68,39 @@ def test_activation_bytes_per_token_layer() -> None:
     assert a.activation_bytes_per_token_layer() == 4 * h + split
     assert a.activation_bytes_per_token_layer(tp=4) == 4 * h + split / 4
     assert a.activation_bytes_per_token_layer(recompute=True) == 2 * h
+
+
+def test_layer_traffic_bytes_per_token_by_hand() -> None:
+    """Qwen3-0.6B's eager decoder layer, op by op (h 1024, q 2048, kv 1024, I 3072), in bf16 and fp32."""
+    a = BUILTIN["qwen3-0.6b"]
+    h, q, kv, inter = 1024, 2048, 1024, 3072
+    norm_bf16 = (2 + 4) + 4 * 2 + 4 + 4 * 2 + (4 + 2) + 2 * 2  # upcast, x², mean, x·rsqrt, downcast, ·weight
+    assert rmsnorm_traffic_bytes(2) == norm_bf16 == 36
+    assert rmsnorm_traffic_bytes(4) == 28  # the casts are no-ops in fp32
+
+    def by_hand(act: int, norm: int, tp: int) -> float:
+        replicated = 2 * norm * h + 2 * 3 * act * h  # input/post-attention norms, two residual adds
+        rotary, qk_norms = 10 * act * (q + kv), norm * (q + kv)
+        attention_io = act * (2 * q + 2 * kv) + 2 * act * (2 * q + 2 * kv)  # flash reads/writes + copies
+        mlp = 5 * act * inter  # silu(gate) then · up
+        return replicated + (rotary + qk_norms + attention_io + mlp) / tp
+
+    assert a.layer_traffic_bytes_per_token(2) == by_hand(2, 36, 1) == 325_632
+    assert a.layer_traffic_bytes_per_token(4) == by_hand(4, 28, 1)
+    assert a.layer_traffic_bytes_per_token(2, tp=2) == by_hand(2, 36, 2)
+    h, q, kv, inter = 4096, 4096, 1024, 14336  # Llama-3.1-8B: no q/k norms
+    llama = 2 * 36 * h + 6 * 2 * h + 10 * 2 * (q + kv) + 3 * 2 * (2 * q + 2 * kv) + 5 * 2 * inter
+    assert BUILTIN["llama-3.1-8b"].layer_traffic_bytes_per_token(2) == llama
+
+
+def test_optimizer_step_traffic_counts_the_runtimes_passes() -> None:
+    """clip_grad_norm_ + torch's unfused AdamW (+ the master-to-working copy in mixed precision)."""
+    bf16 = Workload(actor={"arch": "qwen3-0.6b"})
+    fp32 = Workload(actor={"arch": "qwen3-0.6b"}, precision="fp32")
+    sgd = Workload(actor={"arch": "qwen3-0.6b"}, precision="fp32", optimizer="sgd")
+    assert optimizer_step_traffic_bytes_per_param(bf16) == 3 * 2 + 14 * 4 + 2 * 2 + 2 * 4 + (4 + 2) == 80
+    assert optimizer_step_traffic_bytes_per_param(fp32) == 3 * 4 + 14 * 4 + 2 * 4 + 2 * 4 == 84
+    assert optimizer_step_traffic_bytes_per_param(sgd) == 3 * 4 + 4 + 2 * 4
 
 
 def test_resolve_unknown_lists_known_names() -> None:
