@@ -145,9 +145,18 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="dry run: grpo-sync only, 2 plans, 2 steps, 1 round")
     ap.add_argument("--markdown", action="store_true", help="print the docs/benchmarks.md tables of the JSON")
     ap.add_argument("--analyse-only", action="store_true", help="re-analyse the runs recorded in the JSON")
+    ap.add_argument("--plan-calibrated", action="store_true",
+                    help="fit on all recorded runs, re-plan each workload with that calibration (no runs)")  # fmt: skip
     args = ap.parse_args()
     if args.markdown:
         print(markdown(json.loads(OUT.read_text())))
+        return
+    if args.plan_calibrated:
+        result = json.loads(OUT.read_text())
+        profile = ClusterProfile.model_validate_json((WORK / "profile.json").read_text())
+        result["calibrated_plans"] = plan_calibrated(result, profile, args.plan_budget)
+        OUT.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(json.dumps(result["calibrated_plans"], indent=1))
         return
     if args.analyse_only:
         result = json.loads(OUT.read_text())
@@ -360,6 +369,31 @@ def analyse(result: dict, profile: ClusterProfile) -> None:
     result["calibrations"] = {
         f: {k: v for k, v in json.loads(c.model_dump_json()).items() if k != "residuals"} for f, c in fits.items()
     }
+
+
+def plan_calibrated(result: dict, profile: ClusterProfile, budget_s: float) -> dict:
+    """Close the loop: fit one calibration on all recorded runs, plan each workload with it (ilp), and set the
+    plan beside the measured plans of the same layout (tasks and hosts; the shares may differ) and the
+    fastest measured plan."""
+    ok = [r for r in result["runs"] if r["status"] == "completed"]
+    data = [(Path(r["run_dir"]).name, *load_run(r["run_dir"])) for r in ok]
+    factors = fit_calibration(data, profile, WARMUP).factors()
+    out = {}
+    for wl_name, wl in workloads(WORK / "model").items():
+        plan = make_plan(profile, wl, solver="ilp", budget_s=budget_s, name=f"{wl_name}:ilp-calibrated",
+                         calibration=factors)  # fmt: skip
+        layout = describe(plan)
+        measured = {r["layout"]: r for r in result["merged"] if r["workload"] == wl_name}
+        described = result["plans"][wl_name]
+        same = {n: r["measured_step_s"] for n, r in measured.items() if described[n]["describe"] == layout}
+        fastest = min(measured.values(), key=lambda r: r["measured_step_s"])
+        out[wl_name] = {
+            "describe": layout,
+            "predicted_step_s_calibrated": plan.cost.iteration_s,
+            "measured_same_layout_s": same,
+            "fastest_measured": {"plan": fastest["layout"], "step_s": fastest["measured_step_s"]},
+        }
+    return out
 
 
 def repeat_floor(rows: list[dict]) -> dict:
