@@ -147,9 +147,18 @@ def main() -> None:
     ap.add_argument("--analyse-only", action="store_true", help="re-analyse the runs recorded in the JSON")
     ap.add_argument("--plan-calibrated", action="store_true",
                     help="fit on all recorded runs, re-plan each workload with that calibration (no runs)")  # fmt: skip
+    ap.add_argument("--run-calibrated", action="store_true",
+                    help="run the --plan-calibrated plans beside fast-only on the emulated cluster")  # fmt: skip
     args = ap.parse_args()
     if args.markdown:
         print(markdown(json.loads(OUT.read_text())))
+        return
+    if args.run_calibrated:
+        result = json.loads(OUT.read_text())
+        profile = ClusterProfile.model_validate_json((WORK / "profile.json").read_text())
+        result["calibrated_runs"] = run_calibrated(result, profile, args.plan_budget, args.rounds, args.steps)
+        OUT.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(json.dumps(result["calibrated_runs"], indent=1))
         return
     if args.plan_calibrated:
         result = json.loads(OUT.read_text())
@@ -227,30 +236,9 @@ def main() -> None:
                 if time.monotonic() > deadline:
                     result["stopped_early"] = f"time budget reached in round {rnd}"
                     break
-                plan = plans[wl_name][key]
                 run_dir = runs_root / f"{wl_name}-{key}-r{rnd}"
                 t0 = time.monotonic()
-                status = "completed"
-                try:
-                    summary = run_plan(
-                        plan,
-                        RunOptions(
-                            steps=steps,
-                            run_dir=run_dir,
-                            engine="hf",
-                            hosts_file=STATE / "hosts.txt",
-                            known_hosts=STATE / "known_hosts",
-                            timeout_s=600,
-                            collective_timeout_s=300,
-                            tensorboard=False,
-                            echo=lambda _line: None,
-                        ),
-                    )
-                    status = summary.status
-                except Exception as exc:  # a failed run is recorded, the suite goes on (not a Ctrl-C)
-                    if "interrupted" in str(exc):
-                        raise KeyboardInterrupt from exc
-                    status = f"failed: {exc}"
+                status = run_one(plans[wl_name][key], run_dir, steps)
                 wall = time.monotonic() - t0
                 print(f"round {rnd} {wl_name:10s} {key:10s} {wall:6.1f} s {status}", file=sys.stderr, flush=True)
                 result["runs"].append(
@@ -265,6 +253,83 @@ def main() -> None:
         print(json.dumps(result.get("summary", {}), indent=1, default=str))
     finally:  # also a cluster found up: the suite owns this state dir, and leaves nothing behind
         emulate_down(STATE)
+
+
+def run_one(plan: Plan, run_dir: Path, steps: int) -> str:
+    """One plan for `steps` steps on the emulated cluster (up at STATE): its status; a failure is returned as
+    a status so a suite goes on (a Ctrl-C is not)."""
+    try:
+        summary = run_plan(
+            plan,
+            RunOptions(
+                steps=steps,
+                run_dir=run_dir,
+                engine="hf",
+                hosts_file=STATE / "hosts.txt",
+                known_hosts=STATE / "known_hosts",
+                timeout_s=600,
+                collective_timeout_s=300,
+                tensorboard=False,
+                echo=lambda _line: None,
+            ),
+        )
+    except Exception as exc:
+        if "interrupted" in str(exc):
+            raise KeyboardInterrupt from exc
+        return f"failed: {exc}"
+    return summary.status
+
+
+def run_calibrated(result: dict, profile: ClusterProfile, budget_s: float, rounds: int, steps: int) -> dict:
+    """Measure the closed loop: each workload's plan made with the calibration fitted on all recorded runs,
+    alternating with `fast-only` (the fastest of the six in the recorded run) so both see the same machine,
+    `rounds` rounds; the median measured step of each."""
+    factors = calibration_from(result, profile)
+    dev = device_ids(profile)
+    plans = {}
+    for wl_name, wl in workloads(WORK / "model").items():
+        tasks = CostModel(profile, wl).required_tasks
+        plans[wl_name] = {
+            "ilp-calibrated": make_plan(
+                profile, wl, solver="ilp", budget_s=budget_s, calibration=factors, name=f"{wl_name}:ilp-calibrated"
+            ),
+            "fast-only": scored_plan(profile, wl, [(tasks, (dev["fast"],), (1.0,))], f"{wl_name}:fast-only"),
+        }
+    runs_root = WORK / "runs" / time.strftime("%Y%m%d-%H%M%S-calibrated")
+    measured: dict[str, dict[str, list[float]]] = {}
+    if not (STATE / "state.json").exists():
+        emulate_up(SPEC, STATE)
+    try:  # as in main: the suite owns this state dir and leaves nothing behind
+        for rnd in range(rounds):
+            for wl_name, pair in plans.items():
+                for key, plan in pair.items():
+                    run_dir = runs_root / f"{wl_name}-{key}-r{rnd}"
+                    status = run_one(plan, run_dir, steps)
+                    print(f"round {rnd} {wl_name:10s} {key:15s} {status}", file=sys.stderr, flush=True)
+                    if status == "completed":
+                        v = validate_run(run_dir, WARMUP, scored=plan, predictions="plan", write=False)
+                        step = run_errors(v, v)["measured_step_s"]
+                        measured.setdefault(wl_name, {}).setdefault(key, []).append(step)
+    finally:
+        emulate_down(STATE)
+    out: dict = {}
+    for wl_name, pair in plans.items():
+        for key, plan in pair.items():
+            steps_s = measured.get(wl_name, {}).get(key, [])
+            out.setdefault(wl_name, {})[key] = {
+                "describe": describe(plan),
+                "predicted_step_s": plan.cost.iteration_s,
+                "measured_step_s": [round(x, 3) for x in steps_s],
+                "median_s": statistics.median(steps_s) if steps_s else None,
+            }
+    return out
+
+
+def calibration_from(result: dict, profile: ClusterProfile) -> dict:
+    """The calibration fitted on every completed run of the recorded suite."""
+    ok = [r for r in result["runs"] if r["status"] == "completed"]
+    data = [(Path(r["run_dir"]).name, *load_run(r["run_dir"])) for r in ok]
+    return fit_calibration(data, profile, WARMUP).factors()
 
 
 def _device_facts(profile: ClusterProfile, device_id: str) -> dict:
@@ -375,9 +440,7 @@ def plan_calibrated(result: dict, profile: ClusterProfile, budget_s: float) -> d
     """Close the loop: fit one calibration on all recorded runs, plan each workload with it (ilp), and set the
     plan beside the measured plans of the same layout (tasks and hosts; the shares may differ) and the
     fastest measured plan."""
-    ok = [r for r in result["runs"] if r["status"] == "completed"]
-    data = [(Path(r["run_dir"]).name, *load_run(r["run_dir"])) for r in ok]
-    factors = fit_calibration(data, profile, WARMUP).factors()
+    factors = calibration_from(result, profile)
     out = {}
     for wl_name, wl in workloads(WORK / "model").items():
         plan = make_plan(profile, wl, solver="ilp", budget_s=budget_s, name=f"{wl_name}:ilp-calibrated",
