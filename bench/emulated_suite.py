@@ -153,27 +153,22 @@ def main() -> None:
     if args.markdown:
         print(markdown(json.loads(OUT.read_text())))
         return
-    if args.run_calibrated:
-        result = json.loads(OUT.read_text())
-        profile = ClusterProfile.model_validate_json((WORK / "profile.json").read_text())
-        result["calibrated_runs"] = run_calibrated(result, profile, args.plan_budget, args.rounds, args.steps)
-        OUT.write_text(json.dumps(result, indent=2, default=str) + "\n")
-        print(json.dumps(result["calibrated_runs"], indent=1))
-        return
-    if args.plan_calibrated:
-        result = json.loads(OUT.read_text())
-        profile = ClusterProfile.model_validate_json((WORK / "profile.json").read_text())
-        result["calibrated_plans"] = plan_calibrated(result, profile, args.plan_budget)
-        OUT.write_text(json.dumps(result, indent=2, default=str) + "\n")
-        print(json.dumps(result["calibrated_plans"], indent=1))
-        return
-    if args.analyse_only:
-        result = json.loads(OUT.read_text())
-        profile = ClusterProfile.model_validate_json((WORK / "profile.json").read_text())
-        analyse(result, profile)
-        OUT.write_text(json.dumps(result, indent=2, default=str) + "\n")
-        print(json.dumps(result["summary"]["per_workload"], indent=1, default=str))
-        return
+    recorded = {  # modes on the recorded JSON and its run dirs: (the key each fills, how)
+        "run_calibrated": (
+            "calibrated_runs",
+            lambda r, p: run_calibrated(r, p, args.plan_budget, args.rounds, args.steps),
+        ),
+        "plan_calibrated": ("calibrated_plans", lambda r, p: plan_calibrated(r, p, args.plan_budget)),
+        "analyse_only": ("summary", lambda r, p: analyse(r, p) or r["summary"]),
+    }
+    for mode, (key, fill) in recorded.items():
+        if getattr(args, mode):
+            result = json.loads(OUT.read_text())
+            profile = ClusterProfile.model_validate_json((WORK / "profile.json").read_text())
+            result[key] = fill(result, profile)
+            OUT.write_text(json.dumps(result, indent=2, default=str) + "\n")
+            print(json.dumps(result[key].get("per_workload", result[key]), indent=1, default=str))
+            return
     start = time.monotonic()
     deadline = start + args.budget_min * 60
     result: dict = {
