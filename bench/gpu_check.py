@@ -41,6 +41,7 @@ model init ~5 s; hf generate is launch-bound, ~25 ms per decode step for 28 laye
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
@@ -363,7 +364,9 @@ def kernel_seconds(fn: Callable[[], Any], device: str, label: str | None = None)
         fn()
         torch.cuda.synchronize()
     cuda = torch.autograd.DeviceType.CUDA
-    kernels = [e for e in prof.events() if e.device_type == cuda]
+    # device events, less the GPU mirrors of record_function ranges ("Optimizer.step#AdamW.step"), which
+    # span kernels already counted
+    kernels = [e for e in prof.events() if e.device_type == cuda and "#" not in e.name]
     total_us = sum(e.time_range.elapsed_us() for e in kernels)
     if label:
         by_name: dict[str, list[float]] = {}
@@ -384,7 +387,7 @@ def host_floor(model, layers: int, timer: Timer, grad: bool, autocast=None) -> d
     ids = torch.zeros(1, 2, dtype=torch.long, device=next(model.parameters()).device)
 
     def forward() -> Any:
-        with torch.set_grad_enabled(grad), autocast() if autocast else _null():
+        with torch.set_grad_enabled(grad), autocast() if autocast else contextlib.nullcontext():
             return model(input_ids=ids, use_cache=False).logits
 
     out: dict[str, float] = {}
@@ -404,12 +407,6 @@ def host_floor(model, layers: int, timer: Timer, grad: bool, autocast=None) -> d
 def _top(prefix: str) -> dict[str, list[dict[str, Any]]]:
     """KERNEL_TOP's entries for one check (empty on a CPU)."""
     return {k: v for k, v in KERNEL_TOP.items() if k.startswith(prefix)}
-
-
-def _null():
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def launch_seconds(device: str, n: int = 5000) -> float | None:
