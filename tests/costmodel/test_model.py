@@ -84,9 +84,10 @@ def test_training_time_by_hand(one_a100, grpo_small: Workload) -> None:
     assert est.terms["memory"] == pytest.approx(memory, rel=1e-9)
     assert est.terms["host"] == pytest.approx(floor - compute - memory, rel=1e-9)
     assert est.cost.total_s == pytest.approx(floor + optimizer, rel=1e-9)
-    # memory: 16 B/param of model states + one micro-batch (4 × 512 tokens) of activations + logits
+    # memory: 16 B/param of model states + autocast's bf16 weight copies (2 B/param) + one micro-batch
+    # (4 × 512 tokens) of activations + logits
     mb_tokens = 4 * 512
-    expected = a.param_count() * 16 + mb_tokens * 28 * a.activation_bytes_per_token_layer()
+    expected = a.param_count() * (16 + 2) + mb_tokens * 28 * a.activation_bytes_per_token_layer()
     expected += mb_tokens * a.vocab_size * C.LOGITS_BYTES_PER_ENTRY
     assert est.memory_bytes["a0/0"] == int(expected)
 

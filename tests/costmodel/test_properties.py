@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetrl_cli.costmodel.model import CostModel
+from hetrl_cli.costmodel.model import BALANCE_TOLERANCE, CostModel
 from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
 
 from .conftest import GRPO_SMALL as WORKLOAD
@@ -61,7 +61,9 @@ def test_faster_device_never_slower(devices, layout, compute, memory, kind) -> N
     faster = CostModel(prof, WORKLOAD, cal).evaluate(groups, placements)
     assert faster.iteration_s <= base.iteration_s * (1 + 1e-9)
     for task, est in faster.tasks.items():
-        assert est.cost.total_s <= base.tasks[task].cost.total_s * (1 + 1e-9), task
+        # DP shares are balanced to within BALANCE_TOLERANCE: with compute and memory terms a faster device's
+        # rebalanced shares can land a hair (seen 2e-4) above the old ones
+        assert est.cost.total_s <= base.tasks[task].cost.total_s * (1 + BALANCE_TOLERANCE), task
 
 
 FREE_COMM = make_profile(HOSTS, default_link=(1e15, 0.0))

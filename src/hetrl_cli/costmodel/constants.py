@@ -69,6 +69,10 @@ every token): the fp32 copy log-softmax takes (write 4), its max/sum passes and 
 LOGITS_BYTES_PER_ENTRY = 6
 """Per vocabulary entry per token on the last stage: bf16 logits (2) + the fp32 log-softmax kept for
 backward (4). The largest single activation for 150k-token vocabularies."""
+AUTOCAST_WEIGHT_COPY_BYTES_PER_PARAM = 2
+"""Mixed-precision training under autocast keeps fp32 weights and gradients and a bf16 copy of each weight
+from the forward to the backward: 18 B per parameter with Adam, 2 more than the 16 of bf16 weights and
+gradients + fp32 master and moments that the model states count."""
 ZERO3_PREFETCH_LAYERS = 2
 """FSDP/ZeRO-3 holds the gathered parameters of the current and the prefetched layer."""
 HOST_DEVICE_Bps = 25.0e9

@@ -1340,6 +1340,8 @@ class CostModel:
         logits = 0.0
         if p == pp - 1 and head == "lm":
             logits = mb_tok_max * arch.vocab_size / st.tp * C.LOGITS_BYTES_PER_ENTRY
+        if w.precision != "fp32" and zero != "zero3":  # under ZeRO-3 only the gathered layers are cast (gather)
+            weights += params_dev * C.AUTOCAST_WEIGHT_COPY_BYTES_PER_PARAM
         gather = 0.0
         if zero == "zero3":
             gather = C.ZERO3_PREFETCH_LAYERS * arch.layer_params * weight_bytes_per_param(w) / st.tp
