@@ -85,10 +85,11 @@ def test_training_time_by_hand(one_a100, grpo_small: Workload) -> None:
     assert est.terms["host"] == pytest.approx(floor - compute - memory, rel=1e-9)
     assert est.cost.total_s == pytest.approx(floor + optimizer, rel=1e-9)
     # memory: 16 B/param of model states + autocast's bf16 weight copies (2 B/param) + one micro-batch
-    # (4 × 512 tokens) of activations + logits
+    # (4 × 512 tokens) of activations + training logits (half of the 512 tokens are response tokens)
     mb_tokens = 4 * 512
     expected = a.param_count() * (16 + 2) + mb_tokens * 28 * a.activation_bytes_per_token_layer()
-    expected += mb_tokens * a.vocab_size * C.LOGITS_BYTES_PER_ENTRY
+    logits_per_entry = C.TRAIN_LOGITS_BYTES_PER_ENTRY + 256 / 512 * C.TRAIN_LOGITS_BYTES_PER_RESPONSE_ENTRY
+    expected += mb_tokens * a.vocab_size * logits_per_entry
     assert est.memory_bytes["a0/0"] == int(expected)
 
 

@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 from hetrl_cli.artifacts.io import save_artifact
+from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.errors import BadInput, Infeasible
 from hetrl_cli.planner.api import make_plan
+from hetrl_cli.planner.baselines import ordered_devices
 from hetrl_cli.planner.space import device_classes, groupings
+from hetrl_cli.planner.tables import Tables
 
 from .conftest import TINY, cluster, workload
 
@@ -42,6 +45,18 @@ def test_too_big_model_is_infeasible_with_the_binding_constraint():
     with pytest.raises(Infeasible) as err:
         make_plan(cluster("four-l4", FOUR_L4), workload("grpo", "sync", "qwen3-32b"), solver="auto", budget_s=10)
     assert str(err.value) == "actor_train of qwen3-32b needs ≥ 23 L4-equivalents of memory; the cluster has 4 GPUs"
+
+
+def test_task_that_fits_only_on_the_big_device_is_planned_there():
+    """actor_train (PPO, Qwen3-0.6B, 8 × 2048-token micro-batches) fits on the A100 but on no layout of the
+    A100 + 2 L4 together: the plan puts it on the A100 instead of calling the cluster infeasible."""
+    profile = cluster("1p2", TINY["1p2"])
+    w = workload("ppo", "sync")
+    tables = Tables(CostModel(profile, w), profile, w)
+    assert tables.alone("actor_train", ordered_devices(tables)) == []
+    plan = make_plan(profile, w, solver="ilp", budget_s=30)
+    (train_group,) = [g for g in plan.groups if "actor_train" in g.tasks]
+    assert train_group.devices == ["a100-0/0"]
 
 
 def test_unknown_solver_is_bad_input():

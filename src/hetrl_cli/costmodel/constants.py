@@ -69,6 +69,14 @@ every token): the fp32 copy log-softmax takes (write 4), its max/sum passes and 
 LOGITS_BYTES_PER_ENTRY = 6
 """Per vocabulary entry per token on the last stage: bf16 logits (2) + the fp32 log-softmax kept for
 backward (4). The largest single activation for 150k-token vocabularies."""
+TRAIN_LOGITS_BYTES_PER_ENTRY = 4
+"""Training, per vocabulary entry of every token of a micro-batch: the bf16 logits (2) and, in backward,
+their gradient (2)."""
+TRAIN_LOGITS_BYTES_PER_RESPONSE_ENTRY = 14
+"""Training, per vocabulary entry of a response token on top: the fp32 copy log-softmax takes (4), its output
+kept for backward (4), that output's gradient (4) and the copy's bf16 gradient (2). With the line above: 11 B
+per entry at half response tokens, against LOGITS_BYTES_PER_ENTRY's 6 for a forward alone; with 6 the H200
+training peaks came out 15–30 % low (docs/benchmarks.md, "Cost-model single-GPU terms")."""
 AUTOCAST_WEIGHT_COPY_BYTES_PER_PARAM = 2
 """Mixed-precision training under autocast keeps fp32 weights and gradients and a bf16 copy of each weight
 from the forward to the backward: 18 B per parameter with Adam, 2 more than the 16 of bf16 weights and

@@ -1339,7 +1339,9 @@ class CostModel:
             acts += mb_tok_max * arch.activation_bytes_per_token_layer(st.tp, False)
         logits = 0.0
         if p == pp - 1 and head == "lm":
-            logits = mb_tok_max * arch.vocab_size / st.tp * C.LOGITS_BYTES_PER_ENTRY
+            response_share = w.max_response_tokens / self.seq_max
+            per_entry = C.TRAIN_LOGITS_BYTES_PER_ENTRY + response_share * C.TRAIN_LOGITS_BYTES_PER_RESPONSE_ENTRY
+            logits = mb_tok_max * arch.vocab_size / st.tp * per_entry
         if w.precision != "fp32" and zero != "zero3":  # under ZeRO-3 only the gathered layers are cast (gather)
             weights += params_dev * C.AUTOCAST_WEIGHT_COPY_BYTES_PER_PARAM
         gather = 0.0

@@ -208,14 +208,19 @@ def _check_objective(stats: SolverStats, estimate: PlanEstimate) -> None:
 
 
 def check_feasible(tables) -> None:
-    """Raise Infeasible naming the binding constraint when some task fits nowhere on the whole cluster."""
+    """Raise Infeasible naming the binding constraint when some task fits nowhere on the cluster: not on all
+    its devices, nor on all devices of one class, nor on one host's (a task the small devices cannot hold
+    may still fit on the big ones alone, and the planner may leave the others to other tasks)."""
     if not tables.classes:
         raise Infeasible(f"profile {tables.profile.name!r} has no usable devices; re-profile or add hosts")
     from hetrl_cli.planner.baselines import ordered_devices
 
     devices = ordered_devices(tables)
+    pools = [devices]
+    pools += [ordered_devices(tables, [d for host in c.devices for d in host]) for c in tables.classes]
+    pools += [tuple(host) for c in tables.classes for host in c.devices]
     for task in tables.tasks:
-        if not tables.alone(task, devices):
+        if not any(tables.alone(task, pool) for pool in pools):
             raise Infeasible(explain_task(tables, task, devices))
 
 
