@@ -238,12 +238,16 @@ def predict(profile, arch: str, shapes: Shapes) -> dict[str, dict[str, Any]]:
 
 
 def apply_predictions(checks: dict[str, dict[str, Any]], predictions: dict[str, dict[str, Any]]) -> None:
-    """Copy each check's task prediction in and compute error = (predicted - measured) / measured."""
+    """Copy each check's task prediction in and compute its relative_error."""
     for name, check in checks.items():
         check.update(predictions[CHECKS[name][0]])
-        measured, predicted = check.get("measured_s"), check.get("predicted_s")
-        ok = measured and predicted is not None and math.isfinite(predicted) and measured > 0
-        check["error"] = (predicted - measured) / measured if ok else None
+        check["error"] = relative_error(check.get("predicted_s"), check.get("measured_s"))
+
+
+def relative_error(predicted: float | None, measured: float | None) -> float | None:
+    """(predicted - measured) / measured, None where either is missing or not a positive finite time."""
+    ok = measured and predicted is not None and math.isfinite(predicted) and measured > 0
+    return (predicted - measured) / measured if ok else None
 
 
 # ---- models and timing -------------------------------------------------------------------------------------
@@ -347,16 +351,12 @@ def response_logprobs(model, ids, prompt: int, micro_batch: int, grad: bool = Fa
     return out
 
 
-KERNEL_TOP: dict[str, list[dict[str, Any]]] = {}
-"""The costliest kernels of each profiled call (name -> [{kernel, s, calls}]), for the check's record."""
-
-
-def kernel_seconds(fn: Callable[[], Any], device: str, label: str | None = None) -> float | None:
-    """Seconds the GPU spent in kernels and copies during fn() (torch.profiler's device events, summed): the
-    device-side work the cost model's compute and memory terms predict, without host launch gaps. None on a
-    CPU (no device events). With a label, the 12 costliest kernels go to KERNEL_TOP[label]."""
+def kernel_seconds(fn: Callable[[], Any], device: str) -> tuple[float | None, list[dict[str, Any]]]:
+    """(seconds the GPU spent in kernels and copies during fn(), its 12 costliest kernels as {kernel, s,
+    calls}) from torch.profiler's device events: the device-side work the cost model's compute and memory
+    terms predict, without host launch gaps. (None, []) on a CPU (no device events)."""
     if not device.startswith("cuda"):
-        return None
+        return None, []
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -368,15 +368,13 @@ def kernel_seconds(fn: Callable[[], Any], device: str, label: str | None = None)
     # span kernels already counted
     kernels = [e for e in prof.events() if e.device_type == cuda and "#" not in e.name]
     total_us = sum(e.time_range.elapsed_us() for e in kernels)
-    if label:
-        by_name: dict[str, list[float]] = {}
-        for e in kernels:
-            by_name.setdefault(e.name[:100], []).append(e.time_range.elapsed_us() / 1e6)
-        top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:12]
-        KERNEL_TOP[label] = [{"kernel": k, "s": sum(v), "calls": len(v)} for k, v in top]
+    by_name: dict[str, list[float]] = {}
+    for e in kernels:
+        by_name.setdefault(e.name[:100], []).append(e.time_range.elapsed_us() / 1e6)
+    top = [{"kernel": k, "s": sum(v), "calls": len(v)} for k, v in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))]
     if not total_us:  # a torch that attaches kernels to their CPU ops only: their self device time
         total_us = sum(getattr(e, "self_device_time_total", 0) for e in prof.key_averages())
-    return total_us / 1e6 if total_us else None
+    return (total_us / 1e6 if total_us else None), top[:12]
 
 
 def host_floor(model, layers: int, timer: Timer, grad: bool, autocast=None) -> dict[str, float]:
@@ -404,9 +402,9 @@ def host_floor(model, layers: int, timer: Timer, grad: bool, autocast=None) -> d
     return out
 
 
-def _top(prefix: str) -> dict[str, list[dict[str, Any]]]:
-    """KERNEL_TOP's entries for one check (empty on a CPU)."""
-    return {k: v for k, v in KERNEL_TOP.items() if k.startswith(prefix)}
+def _tops(**tops: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The kernel tables a check records (none on a CPU)."""
+    return {name: top for name, top in tops.items() if top}
 
 
 def launch_seconds(device: str, n: int = 5000) -> float | None:
@@ -440,11 +438,12 @@ def measure_generation_hf(model, ids, shapes: Shapes, timer: Timer) -> dict[str,
     device = str(prompts.device)
     # the GPU's own time (what a CUDA-graph engine would leave): prefill, and 8 decode steps (a profile of all
     # R steps records too many events to parse in time)
-    k_one = kernel_seconds(lambda: hf_generate(model, prompts, 1), device, "generation_prefill")
-    k_few = kernel_seconds(lambda: hf_generate(model, prompts, 9), device, "generation_decode")
+    k_one, top_one = kernel_seconds(lambda: hf_generate(model, prompts, 1), device)
+    k_few, top_few = kernel_seconds(lambda: hf_generate(model, prompts, 9), device)
     if k_one is not None and k_few is not None:
         detail.update(kernel_prefill_s=k_one, kernel_decode_step_s=max(0.0, k_few - k_one) / 8)
-    return {"measured_s": measured, "samples_s": samples, "detail": detail, "kernel_top": _top("generation")}
+    tops = _tops(generation_prefill=top_one, generation_decode=top_few)
+    return {"measured_s": measured, "samples_s": samples, "detail": detail, "kernel_top": tops}
 
 
 def measure_inference(model, ids, shapes: Shapes, timer: Timer) -> dict[str, Any]:
@@ -455,11 +454,11 @@ def measure_inference(model, ids, shapes: Shapes, timer: Timer) -> dict[str, Any
     run()
     measured, samples = timer.median(run, shapes.repeats)
     detail: dict[str, float] = {}
-    kernel = kernel_seconds(run, str(ids.device), "inference")
+    kernel, top = kernel_seconds(run, str(ids.device))
     if kernel is not None:
         detail["kernel_s"] = kernel
     detail.update(host_floor(model, model.config.num_hidden_layers, timer, grad=False))
-    return {"measured_s": measured, "samples_s": samples, "detail": detail, "kernel_top": _top("inference")}
+    return {"measured_s": measured, "samples_s": samples, "detail": detail, "kernel_top": _tops(inference=top)}
 
 
 def measure_training(model, ids, shapes: Shapes, timer: Timer, device: str) -> dict[str, Any]:
@@ -490,7 +489,7 @@ def measure_training(model, ids, shapes: Shapes, timer: Timer, device: str) -> d
     measured, samples = timer.median(step, shapes.repeats)
     detail = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
     peak = max((p[k] for p in phases for k in p if k.startswith("peak_")), default=None)
-    kernel = kernel_seconds(step, device, "training")
+    kernel, top = kernel_seconds(step, device)
     if kernel is not None:
         detail["kernel_s"] = kernel
     optimizer.zero_grad(set_to_none=True)  # gradients and Adam state go before the next check
@@ -498,8 +497,8 @@ def measure_training(model, ids, shapes: Shapes, timer: Timer, device: str) -> d
     launch = launch_seconds(device)
     if launch is not None:
         detail["launch_s"] = launch
-    return {"measured_s": measured, "samples_s": samples, "detail": detail, "kernel_top": _top("training"),
-            "peak_memory_bytes": peak if peak is not None else timer.peak_bytes()}  # fmt: skip
+    return {"measured_s": measured, "samples_s": samples, "detail": detail, "kernel_top": _tops(training=top),
+            "peak_memory_bytes": peak}  # fmt: skip
 
 
 def train_step(model, optimizer, ids, advantages, shapes: Shapes, timer: Timer, autocast) -> dict[str, float]:
@@ -762,16 +761,26 @@ def load_profile(path: Path):
     return load_artifact(path, ClusterProfile)
 
 
+def run_profile(src: Path, profile_file: str | None = None):
+    """The profile a recorded run is predicted with: `profile_file`, else the run's profile.json, else one
+    assembled from its probe.json; None without any."""
+    if profile_file:
+        return load_profile(Path(profile_file))
+    if (src / "profile.json").exists():
+        return load_profile(src / "profile.json")
+    if (src / "probe.json").exists():
+        return profile_from_facts(json.loads((src / "probe.json").read_text()))
+    return None
+
+
 def repredict(src: Path, out: Path, profile_file: str | None = None) -> dict[str, Any]:
     """Predictions for a finished run's results, from `profile_file`, else its profile.json (or probe.json): no
     device needed."""
     result = json.loads((src / "gpu_check.json").read_text())
-    if profile_file:
-        profile = load_profile(Path(profile_file))
-    elif (src / "profile.json").exists():
-        profile = load_profile(src / "profile.json")
-    else:
-        profile = profile_from_facts(json.loads((src / "probe.json").read_text()))
+    profile = run_profile(src, profile_file)
+    if profile is None:
+        raise FileNotFoundError(f"{src}: neither profile.json nor probe.json; give --profile")
+    if not profile_file and not (src / "profile.json").exists():  # assembled from the probe's facts
         result["profile"] = {**result.get("profile", {}), "device": profile.devices[0].model_dump(mode="json")}
     result["predictions"] = predict(profile, result["arch"], Shapes(**result["shapes"]))
     notes = [n for n in result.get("notes", []) if not n.startswith("no predictions here")]
@@ -786,7 +795,7 @@ def summary(root: Path, profile_file: str | None) -> str:
     """Every run under `root` (each gpu_check.json) re-predicted by this tree's cost model: one markdown row per
     measured check with the prediction recorded at run time and its error, this tree's prediction and its
     error against the wall time and against the GPU's kernel time."""
-    profile = load_profile(Path(profile_file)) if profile_file else None
+    fixed = load_profile(Path(profile_file)) if profile_file else None
     rows = [
         "| run | model | micro-batch | check | measured s | kernel s | recorded prediction | error | "
         "this tree | error | error vs kernel |",
@@ -794,9 +803,7 @@ def summary(root: Path, profile_file: str | None) -> str:
     ]
     for path in sorted(root.rglob("gpu_check.json")):
         result = json.loads(path.read_text())
-        given = profile or (
-            load_profile(path.parent / "profile.json") if (path.parent / "profile.json").exists() else None
-        )
+        given = fixed or run_profile(path.parent)
         if given is None or not result.get("shapes"):
             continue
         predictions = predict(given, result["arch"], Shapes(**result["shapes"]))
@@ -811,18 +818,21 @@ def summary(root: Path, profile_file: str | None) -> str:
                 kernel = (
                     detail["kernel_prefill_s"] + (result["shapes"]["response"] - 1) * detail["kernel_decode_step_s"]
                 )
-            vs_kernel = f"{(predicted - kernel) / kernel * 100:+.0f} %" if kernel else "—"
             recorded = check.get("predicted_s")
-            before = f"{(recorded - measured) / measured * 100:+.0f} %" if recorded else "—"
             rows.append(
                 f"| {path.parent.relative_to(root)} | {result['arch']} | {result['shapes']['micro_batch']} | "
-                f"{check['label']} | {_s(measured)} | {_s(kernel)} | {_s(recorded)} | {before} | {_s(predicted)} | "
-                f"{(predicted - measured) / measured * 100:+.0f} % | {vs_kernel} |"
+                f"{check['label']} | {_s(measured)} | {_s(kernel)} | {_s(recorded)} | "
+                f"{_pct(relative_error(recorded, measured))} | {_s(predicted)} | "
+                f"{_pct(relative_error(predicted, measured))} | {_pct(relative_error(predicted, kernel))} |"
             )
     return "\n".join(rows)
 
 
 # ---- report ------------------------------------------------------------------------------------------------
+
+
+def _pct(error: float | None) -> str:
+    return "—" if error is None else f"{error * 100:+.0f} %"
 
 
 def _s(value: float | None) -> str:
@@ -872,7 +882,7 @@ def _row(name: str, check: dict[str, Any]) -> str:
     parts = ", ".join(_part(k, v) for k, v in (check.get("detail") or {}).items()) or "—"
     error = check.get("error")
     if check.get("status") == "ok":
-        measured, err = _s(check.get("measured_s")), "—" if error is None else f"{error * 100:+.0f} %"
+        measured, err = _s(check.get("measured_s")), _pct(error)
     else:
         measured, err = ": ".join(filter(None, (check.get("status"), check.get("reason")))), "—"
     cells = [check["label"], CHECKS[name][0], _s(check.get("predicted_s")), measured, err, terms, parts]
