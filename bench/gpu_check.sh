@@ -36,12 +36,13 @@ if [ "${1:-}" = suite ]; then
     profile=${1:?usage: gpu_check.sh suite PROFILE.json}
     final=${OUT:?OUT must be set}
     work=$(mktemp -d)
-    for spec in "qwen3-0.6b 150" "qwen3-1.7b 130" "qwen3-0.6b-mb32 60 --micro-batch 32 --only inference training" \
-        "qwen3-4b 140"; do
+    # each: output folder, architecture, limit in seconds, more arguments
+    for spec in "qwen3-0.6b qwen3-0.6b 150" "qwen3-1.7b qwen3-1.7b 130" \
+        "qwen3-0.6b-mb32 qwen3-0.6b 60 --micro-batch 32 --only inference training" "qwen3-4b qwen3-4b 140"; do
         set -- $spec
-        name=$1 limit=$2
-        shift 2
-        OUT=$work/$name GPU_CHECK_TIMEOUT=$limit bash "$0" --arch "${name%-mb32}" --profile "$profile" "$@"
+        name=$1 arch=$2 limit=$3
+        shift 3
+        OUT=$work/$name GPU_CHECK_TIMEOUT=$limit bash "$0" --arch "$arch" --profile "$profile" "$@"
         tar czf "$final/suite.tgz.part" -C "$work" . && mv "$final/suite.tgz.part" "$final/suite.tgz"
     done
     exit 0
