@@ -22,6 +22,7 @@ import os
 os.environ.setdefault("HETRL_EMULATE_PREFIX", "hetrl-emb-")  # before hetrl_cli.emulate is imported
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -115,16 +116,23 @@ def plans_for(profile: ClusterProfile, wl_name: str, wl: Workload, dev: dict[str
     out: dict[str, Plan] = {}
     for solver in ("ilp", *BASELINES):
         out[solver] = make_plan(profile, wl, solver=solver, budget_s=budget_s, name=f"{wl_name}:{solver}")
-    tasks = CostModel(profile, wl).required_tasks
-    f, m, s = dev["fast"], dev["mid"], dev["slow"]
-    manual = {
-        "fast-only": [(tasks, (f,), (1.0,))],
-        "east-2:1": [(tasks, (f, m), (2 / 3, 1 / 3))],
-        "all-4:2:1": [(tasks, (f, m, s), (4 / 7, 2 / 7, 1 / 7))],
-    }
-    for name, layout in manual.items():
-        out[name] = scored_plan(profile, wl, layout, f"{wl_name}:{name}")
+    for name in MANUAL:
+        out[name] = manual_plan(profile, wl_name, wl, dev, name)
     return out
+
+
+MANUAL: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {
+    "fast-only": (("fast",), (1.0,)),
+    "east-2:1": (("fast", "mid"), (2 / 3, 1 / 3)),
+    "all-4:2:1": (("fast", "mid", "slow"), (4 / 7, 2 / 7, 1 / 7)),
+}
+"""The hand-made layouts: every task in one group on these hosts with these batch shares."""
+
+
+def manual_plan(profile: ClusterProfile, wl_name: str, wl: Workload, dev: dict[str, str], name: str) -> Plan:
+    hosts, shares = MANUAL[name]
+    tasks = CostModel(profile, wl).required_tasks
+    return scored_plan(profile, wl, [(tasks, tuple(dev[h] for h in hosts), shares)], f"{wl_name}:{name}")
 
 
 def describe(plan: Plan) -> str:
@@ -187,11 +195,7 @@ def main() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2, default=str) + "\n")
 
-    up_here = not (STATE / "state.json").exists()
-    if up_here:
-        cluster = emulate_up(SPEC, STATE)
-        print("\n".join(cluster.summary()), file=sys.stderr)
-    try:
+    with emulated_cluster():
         WORK.mkdir(parents=True, exist_ok=True)
         options = ProfileOptions(
             known_hosts=STATE / "known_hosts", links_file=STATE / "links.yaml", name="emulate-suite", quick=True
@@ -246,7 +250,18 @@ def main() -> None:
         result["bench_wall_s"] = round(time.monotonic() - start, 1)
         save()
         print(json.dumps(result.get("summary", {}), indent=1, default=str))
-    finally:  # also a cluster found up: the suite owns this state dir, and leaves nothing behind
+
+
+@contextlib.contextmanager
+def emulated_cluster():
+    """The suite's cluster up (unless it already is) for the block, and down after it, also a cluster found
+    up: the suite owns this state dir and leaves nothing behind."""
+    if not (STATE / "state.json").exists():
+        cluster = emulate_up(SPEC, STATE)
+        print("\n".join(cluster.summary()), file=sys.stderr)
+    try:
+        yield
+    finally:
         emulate_down(STATE)
 
 
@@ -279,22 +294,15 @@ def run_calibrated(result: dict, profile: ClusterProfile, budget_s: float, round
     """Measure the closed loop: each workload's plan made with the calibration fitted on all recorded runs,
     alternating with `fast-only` (the fastest of the six in the recorded run) so both see the same machine,
     `rounds` rounds; the median measured step of each."""
-    factors = calibration_from(result, profile)
     dev = device_ids(profile)
-    plans = {}
-    for wl_name, wl in workloads(WORK / "model").items():
-        tasks = CostModel(profile, wl).required_tasks
-        plans[wl_name] = {
-            "ilp-calibrated": make_plan(
-                profile, wl, solver="ilp", budget_s=budget_s, calibration=factors, name=f"{wl_name}:ilp-calibrated"
-            ),
-            "fast-only": scored_plan(profile, wl, [(tasks, (dev["fast"],), (1.0,))], f"{wl_name}:fast-only"),
-        }
+    wls = workloads(WORK / "model")
+    plans = {
+        wl_name: {"ilp-calibrated": plan, "fast-only": manual_plan(profile, wl_name, wls[wl_name], dev, "fast-only")}
+        for wl_name, plan in calibrated_plans(result, profile, budget_s).items()
+    }
     runs_root = WORK / "runs" / time.strftime("%Y%m%d-%H%M%S-calibrated")
     measured: dict[str, dict[str, list[float]]] = {}
-    if not (STATE / "state.json").exists():
-        emulate_up(SPEC, STATE)
-    try:  # as in main: the suite owns this state dir and leaves nothing behind
+    with emulated_cluster():
         for rnd in range(rounds):
             for wl_name, pair in plans.items():
                 for key, plan in pair.items():
@@ -305,8 +313,6 @@ def run_calibrated(result: dict, profile: ClusterProfile, budget_s: float, round
                         v = validate_run(run_dir, WARMUP, scored=plan, predictions="plan", write=False)
                         step = run_errors(v, v)["measured_step_s"]
                         measured.setdefault(wl_name, {}).setdefault(key, []).append(step)
-    finally:
-        emulate_down(STATE)
     out: dict = {}
     for wl_name, pair in plans.items():
         for key, plan in pair.items():
@@ -320,11 +326,17 @@ def run_calibrated(result: dict, profile: ClusterProfile, budget_s: float, round
     return out
 
 
-def calibration_from(result: dict, profile: ClusterProfile) -> dict:
-    """The calibration fitted on every completed run of the recorded suite."""
+def calibrated_plans(result: dict, profile: ClusterProfile, budget_s: float) -> dict[str, Plan]:
+    """Each workload planned (ilp) with the calibration fitted on every completed run of the recorded suite."""
     ok = [r for r in result["runs"] if r["status"] == "completed"]
     data = [(Path(r["run_dir"]).name, *load_run(r["run_dir"])) for r in ok]
-    return fit_calibration(data, profile, WARMUP).factors()
+    factors = fit_calibration(data, profile, WARMUP).factors()
+    return {
+        wl_name: make_plan(
+            profile, wl, solver="ilp", budget_s=budget_s, name=f"{wl_name}:ilp-calibrated", calibration=factors
+        )
+        for wl_name, wl in workloads(WORK / "model").items()
+    }
 
 
 def _device_facts(profile: ClusterProfile, device_id: str) -> dict:
@@ -435,11 +447,8 @@ def plan_calibrated(result: dict, profile: ClusterProfile, budget_s: float) -> d
     """Close the loop: fit one calibration on all recorded runs, plan each workload with it (ilp), and set the
     plan beside the measured plans of the same layout (tasks and hosts; the shares may differ) and the
     fastest measured plan."""
-    factors = calibration_from(result, profile)
     out = {}
-    for wl_name, wl in workloads(WORK / "model").items():
-        plan = make_plan(profile, wl, solver="ilp", budget_s=budget_s, name=f"{wl_name}:ilp-calibrated",
-                         calibration=factors)  # fmt: skip
+    for wl_name, plan in calibrated_plans(result, profile, budget_s).items():
         layout = describe(plan)
         measured = {r["layout"]: r for r in result["merged"] if r["workload"] == wl_name}
         described = result["plans"][wl_name]
