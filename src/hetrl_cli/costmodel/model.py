@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from hetrl_cli.artifacts.plan import (
     Plan,
@@ -144,6 +145,26 @@ class _Stage:
     """Every member is an accelerator fed by asynchronous launches (_DevClass.launches)."""
 
 
+class _FwdConsts(NamedTuple):
+    """What every stage's timing row of a forward task shares (CostModel._fwd_consts)."""
+
+    arch: ArchSpec
+    head: str
+    context: float
+    """Keys a token attends to on average (half the mean sequence: causal)."""
+    mult: float
+    """Forward passes per pass: 1 inference, 3 training, 4 with recompute."""
+    matmul_efficiency: float
+    allreduces_per_layer: int
+    """Megatron TP all-reduces per layer and pass."""
+    sends_per_stage: int
+    passes: tuple[float, float, float]
+    """Passes of (compute and bubble, TP all-reduces, stage sends) in units of one task pass."""
+    dispatch_s_per_layer: float
+    mixed_bytes_per_param: int
+    """Mixed-precision casts and gradient accumulation per parameter and micro-batch pass (0 without)."""
+
+
 @dataclass
 class _Rep:
     """One replica's time terms (seconds) and per-stage own bytes."""
@@ -233,7 +254,7 @@ class CostModel:
         self._split_cache: dict[tuple, tuple[int, ...]] = {}
         self._rep_cache: dict[tuple, _Rep] = {}
         self._static_cache: dict[tuple, tuple] = {}
-        self._consts_cache: dict[str, tuple] = {}
+        self._consts_cache: dict[str, _FwdConsts] = {}
         self._shape_cache: dict[tuple, tuple] = {}
         self._others_cache: dict[tuple, tuple[float, dict[str, float] | None]] = {}
         self._low_cache: dict[tuple, tuple[str, float]] = {}
@@ -884,7 +905,7 @@ class CostModel:
         usable = [st.memory_bytes * C.USABLE_MEMORY_FRACTION for st in stages]
 
         consts = self._fwd_consts(task)
-        mult, passes = consts[3], consts[7]
+        mult, passes = consts.mult, consts.passes
         seconds: dict[tuple[int, int], float] = {}  # a stage's time depends on its position and layers only
         fitting: dict[tuple[int, int], bool] = {}  # and so does its memory
 
@@ -1230,13 +1251,11 @@ class CostModel:
         per_stage = [self._stage_row(task, stages, p, split[p], consts) for p in range(len(stages))]
         labels = [st.link.label for st in stages]
         pp_label = self._stage_link(stages[0], stages[1]).label if len(stages) > 1 else None
-        passes, mult = consts[7], consts[3]
+        passes, mult = consts.passes, consts.mult
         return per_stage, labels, pp_label, passes, mult, self.workload.micro_batch, self.arch[task].hidden_size
 
-    def _fwd_consts(self, task) -> tuple:
-        """(arch, head, attention context, pass multiple, matmul efficiency, TP all-reduces and stage sends per
-        layer pass, passes, host dispatch seconds per layer pass, mixed-precision bytes per parameter and
-        micro-batch pass) of a forward task: what every stage's timing row shares."""
+    def _fwd_consts(self, task) -> _FwdConsts:
+        """What every stage's timing row of a forward task shares, cached per task."""
         hit = self._consts_cache.get(task)
         if hit is not None:
             return hit
@@ -1260,10 +1279,12 @@ class CostModel:
         passes = (epochs, epochs, epochs)
         if task == "actor_train":
             passes = (epochs + 1 / mult, epochs + 2 / n_ar, epochs + 1 / n_p2p)
-        hit = self._consts_cache[task] = (arch, HEAD[task], ctx, mult, mfu, n_ar, n_p2p, passes, dispatch, mixed)
+        hit = self._consts_cache[task] = _FwdConsts(
+            arch, HEAD[task], ctx, mult, mfu, n_ar, n_p2p, passes, dispatch, mixed
+        )
         return hit
 
-    def _stage_row(self, task, stages, p: int, layers: int, consts: tuple) -> tuple:
+    def _stage_row(self, task, stages, p: int, layers: int, consts: _FwdConsts) -> tuple:
         """Stage p's timing inputs with `layers` layers (_stage_parts' row): they depend on nothing else of
         the split."""
         arch, head, ctx, _mult, mfu, n_ar, n_p2p, _passes, dispatch, mixed = consts
