@@ -62,6 +62,14 @@ one-host)."""
 BASELINES = ("verl", "streamrl")
 
 
+def recorded_profile(result: dict) -> ClusterProfile:
+    """The profile a suite's runs were planned on: kept in the JSON (suites before 2026-12-04 19:00 kept it
+    only in WORK/profile.json, which the next suite overwrites)."""
+    if "profile_artifact" in result:
+        return ClusterProfile.model_validate(result["profile_artifact"])
+    return ClusterProfile.model_validate_json((WORK / "profile.json").read_text())
+
+
 def warmup_of(result: dict) -> int:
     """The warm-up a suite's runs were measured with (runs recorded before --warmup existed: 1)."""
     return int(result.get("warmup", 1))
@@ -181,7 +189,7 @@ def main() -> None:
     for mode, (key, fill) in recorded.items():
         if getattr(args, mode):
             result = json.loads(OUT.read_text())
-            profile = ClusterProfile.model_validate_json((WORK / "profile.json").read_text())
+            profile = recorded_profile(result)
             result[key] = fill(result, profile)
             OUT.write_text(json.dumps(result, indent=2, default=str) + "\n")
             print(json.dumps(result[key].get("per_workload", result[key]), indent=1, default=str))
@@ -211,6 +219,7 @@ def main() -> None:
         )
         profile = profile_hosts(STATE / "hosts.txt", options)
         (WORK / "profile.json").write_text(profile.model_dump_json(indent=2))
+        result["profile_artifact"] = json.loads(profile.model_dump_json())  # the next suite overwrites the file
         dev = device_ids(profile)
         result["profile"] = {
             "devices": {n: {"id": d, **_device_facts(profile, d)} for n, d in dev.items()},
