@@ -439,6 +439,9 @@ def analyse(result: dict, profile: ClusterProfile) -> None:
     summary = summarise(rows)
     summary["per_workload"] = summarise(merged)["per_workload"]
     summary["repeat_floor"] = repeat_floor(rows)
+    summary["round_drift"] = round_drift(rows)
+    every = [(Path(r["run_dir"]).name, *load_run(r["run_dir"])) for r in ok]
+    summary["in_sample"] = in_sample(fit_calibration(every, profile, warmup))
     for wl, entry in summary["per_workload"].items():
         step = {r["layout"]: r["measured_step_s"] for r in merged if r["workload"] == wl}
         if "ilp" in step:
@@ -505,6 +508,36 @@ def repeat_floor(rows: list[dict]) -> dict:
     return out
 
 
+def round_drift(rows: list[dict]) -> dict | None:
+    """How much slower the whole box ran in round 0 than in round 1: per (workload, plan, task) measured in
+    both, round 0's seconds over round 1's; their median, and in how many round 0 was the slower. A shared
+    machine's speed drifts over minutes; a fit over both rounds splits the difference."""
+    seconds: dict[tuple[str, str, str], dict[int, float]] = {}
+    for r in rows:
+        for task, v in r["tasks"].items():
+            if task != "weight_sync" and v.get("measured_s"):
+                seconds.setdefault((r["workload"], r["layout"], task), {})[r["round"]] = v["measured_s"]
+    ratios = [v[0] / v[1] for v in seconds.values() if 0 in v and 1 in v]
+    if not ratios:
+        return None
+    return {"median_ratio": statistics.median(ratios), "round0_slower": sum(x > 1 for x in ratios), "n": len(ratios)}
+
+
+def in_sample(fit) -> dict:
+    """Per task, the error left after a fit on every run (its exact residuals): what no held-out split adds."""
+    from hetrl_cli.calibration.validate import abs_error_stats
+
+    errors: dict[str, list[float]] = {}
+    for r in fit.residuals:
+        if r.error_after is not None:
+            errors.setdefault(r.task, []).append(r.error_after)
+    out = {}
+    for task, errs in sorted(errors.items()):
+        med, p90 = abs_error_stats(errs)
+        out[task] = {"median_abs_error": med, "p90_abs_error": p90, "n": len(errs)}
+    return out
+
+
 def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.0f} %"
 
@@ -534,17 +567,22 @@ def markdown(result: dict) -> str:
             f"| {wl} | {f(sp, 'verl')} | {f(sp, 'streamrl')} | {f(wo, 'verl')}, {f(wo, 'streamrl')} | "
             f"{f(pr, 'verl')}, {f(pr, 'streamrl')} |"
         )
-    lines += ["", "| task | n | median before | median after | p90 before | p90 after | repeat floor median, p90 |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
-    floor = s.get("repeat_floor", {})
+    lines += ["", "| task | n | median before | median after | p90 before | p90 after | fitted on all runs: "
+              "median, p90 | repeat floor median, p90 |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    floor, fitted = s.get("repeat_floor", {}), s.get("in_sample", {})
     for label, e in [*s["per_task"].items(), ("**all tasks**", s["all_tasks"])]:
         b, a = e["before"], e["after"]
-        f = floor.get(label, {})
+        f, i = floor.get(label, {}), fitted.get(label, {})
         lines.append(
             f"| {label} | {b['n']} | {_pct(b['median_abs_error'])} | {_pct(a['median_abs_error'])} | "
             f"{_pct(b['p90_abs_error'])} | {_pct(a['p90_abs_error'])} | "
+            f"{_pct(i.get('median_abs_error'))}, {_pct(i.get('p90_abs_error'))} | "
             f"{_pct(f.get('median_abs_error'))}, {_pct(f.get('p90_abs_error'))} |"
         )
+    drift = s.get("round_drift")
+    if drift:
+        lines += ["", f"Round 0 / round 1 measured seconds, median over {drift['n']} (workload, plan, task): "
+                  f"{drift['median_ratio']:.2f} (round 0 slower in {drift['round0_slower']})."]  # fmt: skip
     lines += ["", "| workload | plans | Spearman ρ before | Spearman ρ after | step error median before → after | "
               "fastest measured | fastest predicted (before) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for wl, e in s["per_workload"].items():
