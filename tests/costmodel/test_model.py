@@ -439,6 +439,34 @@ def test_per_step_overheads_run_at_the_host_core_share() -> None:
     )
 
 
+def test_generation_host_work_runs_at_the_measured_decode_rate() -> None:
+    """Where the profile measured decode_steps_per_s, generation's per-step host work (the built-in decode-step
+    overhead and the calibrated fixed overhead) scales by the rates' ratio to the fastest-measured host (a
+    quarter-core host at a fifth of its rate: 5×); other tasks' overheads keep the core share's 4×."""
+    from hetrl_cli.artifacts.profile import ClusterProfile, Device, Host, Link
+    from hetrl_cli.costmodel.model import decode_slowdowns
+
+    def cpu(host: str, cores: float, rate: float | None) -> Device:
+        return Device(id=f"{host}/0", host=host, index=0, kind="cpu", name="CPU", memory_bytes=8 * 10**9,
+                      measured_tflops={"fp32": 0.05}, memory_gbps=10.0, cores=cores,
+                      decode_steps_per_s=rate)  # fmt: skip
+
+    devices = [cpu("fast", 1.0, 30.0), cpu("slow", 0.25, 6.0), cpu("mid", 0.5, None)]
+    assert decode_slowdowns(devices) == pytest.approx({"fast/0": 1.0, "slow/0": 5.0, "mid/0": 2.0})
+    assert decode_slowdowns([cpu("a", 0.5, 10.0), cpu("b", 0.5, 10.0)]) == {"a/0": 2.0, "b/0": 2.0}
+    prof = ClusterProfile(
+        name="decode", created_at="2026-12-04T00:00:00Z", method="catalog",
+        hosts=[Host(name="fast", address="10.0.0.1"), Host(name="slow", address="10.0.0.2")],
+        devices=devices[:2], links=[Link(a="fast", b="slow", bandwidth_Bps=1e9, latency_s=1e-4)],
+    ).with_fingerprint()  # fmt: skip
+    w = Workload(actor={"arch": "tiny"}, precision="fp32", max_prompt_tokens=16, max_response_tokens=16)
+    cm = CostModel(prof, w, {"task_overhead_s": {"generation": 0.1, "reference": 0.01}})
+    for task, factor in (("generation", 5.0), ("reference", 4.0)):
+        fast, slow = (cm.task(dp_placement(task, [d])) for d in ("fast/0", "slow/0"))
+        assert slow.terms["overhead"] == pytest.approx(factor * fast.terms["overhead"])
+        assert cm.overhead_scale(["fast/0", "slow/0"], task) == factor
+
+
 def test_calibration_scales_device_and_link(mixed_profile, grpo_small) -> None:
     p = dp_placement("actor_train", ["a0/0", "a1/0"])
     base = CostModel(mixed_profile, grpo_small).task(p)

@@ -178,6 +178,21 @@ CAP_TOLERANCE = 1.5
 """A capped host measures at most 1.5 × its share of the uncapped single-core peak (measured: ~1.0 ×)."""
 
 
+UNCAPPED_DECODE = """
+import torch
+from hetrl_cli.profiling.probe import decode_steps_per_s
+torch.set_num_threads(1)
+print(max(decode_steps_per_s(torch, 0.2) for _ in range(3)))
+"""
+
+
+def uncapped_decode_steps_per_s() -> float:
+    """The probe's decode-loop rate in one uncapped process (the best of three medians)."""
+    done = subprocess.run([sys.executable, "-c", UNCAPPED_DECODE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return float(done.stdout)
+
+
 def single_core_peak_gflops() -> float:
     """Best-case fp32 GFLOP/s of one uncapped core on the probe's quick matmul (the fastest of 40 steps, so
     other load on the machine hardly lowers it)."""
@@ -191,12 +206,14 @@ def test_hetrl_profile_sees_the_slow_hosts_and_the_slow_link(
 ) -> None:
     """The issue's check, through the real CLI with quick probes:
     - cores: exactly the configured shares (the probe reads the cgroup quota);
-    - GFLOP/s: each capped host measures at most 1.5 × its share of one uncapped core's peak. The cap is an
-      upper bound the kernel enforces; other load only lowers a measurement, so a lower bound or the order
-      of close hosts would be flaky on a shared 2-core machine (the three probes alone want 1.75 cores);
+    - GFLOP/s and decode steps/s: each capped host measures at most 1.5 × its share of one uncapped core's.
+      The cap is an upper bound the kernel enforces; other load only lowers a measurement, so a lower bound
+      or the order of close hosts would be flaky on a shared 2-core machine (the three probes alone want
+      1.75 cores);
     - links: the two east <-> west pairs measure within ±30 % of 50 Mbit/s and carry the spec's 20 ms latency
       from links.yaml; the east pair measures ≥ 10× faster with a sub-millisecond latency."""
     peak = single_core_peak_gflops()
+    decode_peak = uncapped_decode_steps_per_s()
     out = tmp_path / "emu.json"
     done = hetrl(
         "profile", cluster.hosts_file, "--known-hosts", cluster.known_hosts, "--links", cluster.links_file,
@@ -211,6 +228,8 @@ def test_hetrl_profile_sees_the_slow_hosts_and_the_slow_link(
     for h in cluster.hosts:
         bound = CAP_TOLERANCE * min(h.cpu, 1.0) * peak
         assert 0 < gflops[h.name] <= bound, f"{h.name}: {gflops[h.name]:.1f} GFLOP/s > {bound:.1f} (peak {peak:.1f})"
+        rate, rate_bound = devices[h.name]["decode_steps_per_s"], CAP_TOLERANCE * min(h.cpu, 1.0) * decode_peak
+        assert 0 < rate <= rate_bound, f"{h.name}: {rate:.1f} decode steps/s > {rate_bound:.1f} ({decode_peak:.1f})"
     links: dict[frozenset[str], list[dict]] = {}
     for lk in profile["links"]:
         links.setdefault(frozenset((by_address[lk["a"]].region, by_address[lk["b"]].region)), []).append(lk)

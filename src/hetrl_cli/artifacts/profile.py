@@ -42,6 +42,9 @@ class Device(Strict):
     compute_capability: str | None = None
     cores: float | None = None
     """CPU cores usable by this host's processes (fractional under a cgroup quota); None for GPUs."""
+    decode_steps_per_s: float | None = Field(default=None, gt=0)
+    """A CPU device's rate on the profiler's toy decode loop (probe.decode_steps_per_s): how fast generation's
+    per-step host work runs there; None where not measured (GPUs, catalog profiles, older profiles)."""
 
     def tflops(self, dtype: str) -> float:
         """Achievable TFLOP/s for `dtype`: measured if we have it, else peak, else fp32 figures."""

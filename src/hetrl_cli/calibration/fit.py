@@ -83,7 +83,7 @@ def _observations(runs: list[Run], profile: ClusterProfile, warmup: int):
             if measured.get(task):
                 devices = est.placement.devices
                 classes = sorted({names[d] for d in devices if d in names})
-                scale = model.overhead_scale(devices)
+                scale = model.overhead_scale(devices, task)
                 m = float(np.median(measured[task]))
                 out.append((run_id, task, m, dict(est.terms), dict(est.links), classes, scale))
         if measured.get("weight_sync"):

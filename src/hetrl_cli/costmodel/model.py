@@ -118,6 +118,9 @@ class _DevClass:
     host_slowdown: float = 1.0
     """How much slower than one full core this device's host runs the per-step Python and launch work:
     1 / min(1, cores) for a CPU device under a cgroup quota, 1 where the profile records no core count."""
+    decode_slowdown: float = 1.0
+    """The same for generation's per-step work (decode_slowdowns(): measured where the profile has
+    decode_steps_per_s, else host_slowdown)."""
     opt_Bps: float = 0.0
     """The memory traffic rate of the optimizer step (mem_Bps × the calibrated `optimizer` factor): an
     elementwise update, bandwidth-bound when fused on a GPU, bound by unfused element work on a CPU."""
@@ -202,6 +205,19 @@ def host_slowdown(device) -> float:
     return 1.0
 
 
+def decode_slowdowns(devices) -> dict[str, float]:
+    """_DevClass.decode_slowdown per device id. Where the profile measured decode_steps_per_s on CPU devices,
+    their rates set the ratios: the fastest-measured device keeps its host_slowdown and every other measured
+    one is slower by its rate's ratio to it (a decode loop under a cgroup quota pays more than the share:
+    docs/costmodel.md); every other device keeps its host_slowdown."""
+    measured = [d for d in devices if d.kind == "cpu" and d.decode_steps_per_s]
+    anchor = max(measured, key=lambda d: d.decode_steps_per_s, default=None)
+    out = {d.id: host_slowdown(d) for d in devices}
+    for d in measured:
+        out[d.id] = host_slowdown(anchor) * anchor.decode_steps_per_s / d.decode_steps_per_s
+    return out
+
+
 def _stage_parts(
     per_stage, mb_tok: float, mult: float, msg: float, passes
 ) -> list[tuple[float, float, float, float, float, float]]:
@@ -267,9 +283,10 @@ class CostModel:
         regions = {h.name: h.region for h in self.profile.hosts}
         self.device_class: dict[str, int] = {}
         self.classes: list[_DevClass] = []
-        index: dict[tuple[str, str, float], int] = {}
+        index: dict[tuple[str, str, float, float], int] = {}
+        decode = decode_slowdowns(self.profile.devices)
         for d in self.profile.devices:
-            key = (d.host, d.name, host_slowdown(d))
+            key = (d.host, d.name, host_slowdown(d), decode[d.id])
             if key not in index:
                 cal = dev_cal.get(d.name, {})
                 try:
@@ -289,6 +306,7 @@ class CostModel:
                         mem_Bps,
                         d.memory_bytes,
                         host_slowdown(d),
+                        decode[d.id],
                         opt_Bps,
                         d.kind != "cpu",
                     )
@@ -358,13 +376,16 @@ class CostModel:
             for role, _apart in sync_roles(group_of)
         ]
 
-    def overhead_scale(self, devices: Sequence[str]) -> float:
-        """The factor on per-step fixed overheads of work on `devices`: its slowest host's `host_slowdown`
-        (the overhead is per replica and does not shrink with a smaller batch share, so the slowest sets it)."""
-        return self._slowest(self.device_class[d] for d in devices if d in self.device_class)
+    def overhead_scale(self, devices: Sequence[str], task: str | None = None) -> float:
+        """The factor on per-step fixed overheads of `task`'s work on `devices`: its slowest host's
+        `host_slowdown` (`decode_slowdown` for generation; the overhead is per replica and does not shrink with
+        a smaller batch share, so the slowest sets it)."""
+        return self._slowest((self.device_class[d] for d in devices if d in self.device_class), task)
 
-    def _slowest(self, class_ids) -> float:
-        """The largest host_slowdown among device classes (1 for none)."""
+    def _slowest(self, class_ids, task: str | None = None) -> float:
+        """The largest host_slowdown (decode_slowdown for generation) among device classes (1 for none)."""
+        if task == "generation":
+            return max((self.classes[c].decode_slowdown for c in class_ids), default=1.0)
         return max((self.classes[c].host_slowdown for c in class_ids), default=1.0)
 
     def transfer_s(self, src_devices: Sequence[str], dst_devices: Sequence[str], nbytes: float) -> float:
@@ -1058,18 +1079,18 @@ class CostModel:
             rep = self._fwd_replica(task, classes, stages, split, n_seq, offload, names, dp)
         extra = self.task_overhead_s.get(task, 0.0)
         if extra:  # calibrated per-step overhead, per replica, at its host's speed
-            extra *= self._class_slowdown(classes)
+            extra *= self._class_slowdown(classes, task)
             rep.terms["overhead"] = rep.terms.get("overhead", 0.0) + extra
             rep.total_s += extra
         return rep
 
     def _decode_overhead_scale(self, classes: tuple[tuple[int, ...], ...]) -> float:
         """Per decode step: the host slowdown times the calibrated factor on DECODE_STEP_OVERHEAD_S."""
-        return self._class_slowdown(classes) * self.overhead_factor.get("generation", 1.0)
+        return self._class_slowdown(classes, "generation") * self.overhead_factor.get("generation", 1.0)
 
-    def _class_slowdown(self, classes: tuple[tuple[int, ...], ...]) -> float:
-        """The slowest host_slowdown among a replica's device classes (per stage)."""
-        return self._slowest(c for stage in classes for c in stage)
+    def _class_slowdown(self, classes: tuple[tuple[int, ...], ...], task: str | None = None) -> float:
+        """The slowest slowdown (_slowest) among a replica's device classes (per stage)."""
+        return self._slowest((c for stage in classes for c in stage), task)
 
     # ---- generation -----------------------------------------------------------------------------------------
     def _gen_replica(self, classes, stages, split, n_seq, others, offload, names) -> _Rep:

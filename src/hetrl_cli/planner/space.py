@@ -77,6 +77,7 @@ def _spec(device: Device) -> tuple:
         tuple(sorted(device.measured_tflops.items())),
         device.memory_gbps,
         device.cores,
+        device.decode_steps_per_s,
     )
 
 

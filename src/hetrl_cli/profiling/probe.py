@@ -229,6 +229,50 @@ def cpu_memory_gbps(n_bytes: int, seconds: float, sustained: bool = False) -> fl
     return 2 * src.nbytes / elapsed / 1e9
 
 
+DECODE_PROBE = {"hidden": 256, "layers": 4, "prompt": 32, "steps": 24, "batch": 4, "vocab": 512}
+"""The decode probe's toy transformer: the size of the emulated suite's model (examples/emulate-model.json)."""
+
+
+def decode_steps_per_s(torch: Any | None, seconds: float, sustained: bool = False) -> float | None:
+    """One-token decode steps per second of a toy transformer in plain torch (a prompt pass, then steps with
+    a growing KV cache and sampling; DECODE_PROBE sizes), one thread. A decode loop is many small ops and
+    allocations: under a cgroup CPU quota it runs slower than the quota's share says (emulated cluster,
+    4 ms period: 2.1× on a 0.5-core host and 4.8× on a 0.25-core one, where a large matmul runs at 2× and
+    4×), and this is the rate the cost model scales generation's per-step host work by. None without torch."""
+    if torch is None:
+        return None
+    cfg = DECODE_PROBE
+    hidden, vocab = cfg["hidden"], cfg["vocab"]
+    gen = torch.Generator().manual_seed(0)
+
+    def rand(*shape: int) -> Any:
+        return torch.randn(*shape, generator=gen) / shape[0] ** 0.5
+
+    layers = [(rand(hidden, 3 * hidden), rand(hidden, hidden), rand(hidden, 4 * hidden), rand(4 * hidden, hidden))
+              for _ in range(cfg["layers"])]  # fmt: skip
+    embed = rand(vocab, hidden)
+    functional = torch.nn.functional
+
+    def generate() -> None:
+        x = embed[torch.randint(0, vocab, (cfg["batch"], cfg["prompt"]), generator=gen)]
+        cache: list[Any] = [None] * len(layers)
+        for _ in range(cfg["steps"] + 1):
+            h = x
+            for i, (qkv, out, up, down) in enumerate(layers):
+                q, k, v = (h @ qkv).chunk(3, dim=-1)
+                if cache[i] is not None:
+                    k, v = torch.cat([cache[i][0], k], 1), torch.cat([cache[i][1], v], 1)
+                cache[i] = (k, v)
+                attn = torch.softmax(q @ k.transpose(1, 2) / hidden**0.5, dim=-1) @ v
+                h = functional.layer_norm(h + attn @ out, (hidden,))
+                h = functional.layer_norm(h + functional.silu(h @ up) @ down, (hidden,))
+            probs = torch.softmax(h[:, -1] @ embed.T, dim=-1)
+            x = embed[torch.multinomial(probs, 1, generator=gen)]
+
+    with torch.no_grad():
+        return (cfg["steps"] + 1) / _timed_loop(generate, seconds, sustained=sustained)
+
+
 def cpu_device(torch: Any | None, budget: Budget, cores: float) -> dict[str, Any]:
     """One CPU device; under a binding cgroup quota its rates are sustained ones over >= QUOTA_WINDOW_S."""
     if torch is not None:
@@ -244,7 +288,12 @@ def cpu_device(torch: Any | None, budget: Budget, cores: float) -> dict[str, Any
         "measured_tflops": {"fp32": round(gflops / 1e3, 6)},
         "memory_gbps": round(cpu_memory_gbps(budget.copy_bytes_cpu, seconds, sustained), 3),
         "cores": cores,
+        "decode_steps_per_s": _rounded(decode_steps_per_s(torch, seconds, sustained)),
     }
+
+
+def _rounded(rate: float | None) -> float | None:
+    return None if rate is None else round(rate, 2)
 
 
 # Processes on one host exchange tensors through shared memory: a copy at half the measured memory bandwidth
