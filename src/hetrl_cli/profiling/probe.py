@@ -236,9 +236,10 @@ DECODE_PROBE = {"hidden": 256, "layers": 4, "prompt": 32, "steps": 24, "batch": 
 def decode_steps_per_s(torch: Any | None, seconds: float, sustained: bool = False) -> float | None:
     """One-token decode steps per second of a toy transformer in plain torch (a prompt pass, then steps with
     a growing KV cache and sampling; DECODE_PROBE sizes), one thread. A decode loop is many small ops and
-    allocations: under a cgroup CPU quota it runs slower than the quota's share says (emulated cluster,
-    4 ms period: 2.1× on a 0.5-core host and 4.8× on a 0.25-core one, where a large matmul runs at 2× and
-    4×), and this is the rate the cost model scales generation's per-step host work by. None without torch."""
+    allocations: under a cgroup CPU quota it can run slower than the quota's share says (emulated cluster,
+    4 ms period, two quick profiles: 2.0× slower on a 0.5-core host and 4.8-4.9× on a 0.25-core one, the
+    matmul probe 2.0-2.2× and 4.1-4.2×), and this is the rate the cost model scales generation's per-step
+    host work by. None without torch."""
     if torch is None:
         return None
     cfg = DECODE_PROBE
