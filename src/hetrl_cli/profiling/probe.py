@@ -231,6 +231,9 @@ def cpu_memory_gbps(n_bytes: int, seconds: float, sustained: bool = False) -> fl
 
 DECODE_PROBE = {"hidden": 256, "layers": 4, "prompt": 32, "steps": 24, "batch": 4, "vocab": 512}
 """The decode probe's toy transformer: the size of the emulated suite's model (examples/emulate-model.json)."""
+DECODE_PROBE_WINDOWS = 3
+"""Timed windows of the decode probe. One 0.5 s window under the emulated suite's 0.25-core quota, while the
+other hosts probed too, once measured 96 decode steps/s where six alone gave 150-172."""
 
 
 def decode_steps_per_s(torch: Any | None, seconds: float, sustained: bool = False) -> float | None:
@@ -270,8 +273,9 @@ def decode_steps_per_s(torch: Any | None, seconds: float, sustained: bool = Fals
             probs = torch.softmax(h[:, -1] @ embed.T, dim=-1)
             x = embed[torch.multinomial(probs, 1, generator=gen)]
 
-    with torch.no_grad():
-        return (cfg["steps"] + 1) / _timed_loop(generate, seconds, sustained=sustained)
+    with torch.no_grad():  # the best of DECODE_PROBE_WINDOWS: other load on the machine only lowers a rate
+        return max((cfg["steps"] + 1) / _timed_loop(generate, seconds, sustained=sustained)
+                   for _ in range(DECODE_PROBE_WINDOWS))  # fmt: skip
 
 
 def cpu_device(torch: Any | None, budget: Budget, cores: float) -> dict[str, Any]:
