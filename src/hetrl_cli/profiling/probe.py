@@ -238,11 +238,11 @@ other hosts probed too, once measured 96 decode steps/s where six alone gave 150
 
 def decode_steps_per_s(torch: Any | None, seconds: float, sustained: bool = False) -> float | None:
     """One-token decode steps per second of a toy transformer in plain torch (a prompt pass, then steps with
-    a growing KV cache and sampling; DECODE_PROBE sizes), one thread. A decode loop is many small ops and
-    allocations: under a cgroup CPU quota it can run slower than the quota's share says (emulated cluster,
-    4 ms period, two quick profiles: 2.0× slower on a 0.5-core host and 4.8-4.9× on a 0.25-core one, the
-    matmul probe 2.0-2.2× and 4.1-4.2×), and this is the rate the cost model scales generation's per-step
-    host work by. None without torch."""
+    a growing KV cache and sampling; DECODE_PROBE sizes), in one thread, timed in windows of at most
+    QUOTA_WINDOW_S. A decode loop is many small ops and allocations: under a cgroup CPU quota it can run
+    slower than the quota's share says (emulated cluster, 4 ms period, two quick profiles: 2.0× slower on a
+    0.5-core host and 4.8-4.9× on a 0.25-core one, the matmul probe 2.0-2.2× and 4.1-4.2×), and this is the
+    rate the cost model scales generation's per-step host work by. None without torch."""
     if torch is None:
         return None
     cfg = DECODE_PROBE
@@ -273,9 +273,15 @@ def decode_steps_per_s(torch: Any | None, seconds: float, sustained: bool = Fals
             probs = torch.softmax(h[:, -1] @ embed.T, dim=-1)
             x = embed[torch.multinomial(probs, 1, generator=gen)]
 
-    with torch.no_grad():  # the best of DECODE_PROBE_WINDOWS: other load on the machine only lowers a rate
-        return max((cfg["steps"] + 1) / _timed_loop(generate, seconds, sustained=sustained)
-                   for _ in range(DECODE_PROBE_WINDOWS))  # fmt: skip
+    window = QUOTA_WINDOW_S if sustained else min(seconds, QUOTA_WINDOW_S)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a decode loop's host work is one thread's; more only spin on these small ops
+    try:
+        with torch.no_grad():  # the best of DECODE_PROBE_WINDOWS: other load on the machine only lowers a rate
+            return max((cfg["steps"] + 1) / _timed_loop(generate, window, sustained=sustained)
+                       for _ in range(DECODE_PROBE_WINDOWS))  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
 
 
 def cpu_device(torch: Any | None, budget: Budget, cores: float) -> dict[str, Any]:
