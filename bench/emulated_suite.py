@@ -485,22 +485,20 @@ def plan_calibrated(result: dict, profile: ClusterProfile, budget_s: float) -> d
     return out
 
 
-def repeat_floor(rows: list[dict]) -> dict:
-    """Per task, the error a perfect deterministic model could reach on these runs: predicting each plan's
-    mean over its rounds, |mean / measured - 1| per run (plans measured in one round only are left out).
-    What calibration leaves above this is the model's; up to it, the box's run-to-run noise."""
-    from hetrl_cli.calibration.validate import abs_error_stats
-
-    measured: dict[tuple[str, str, str], list[float]] = {}
+def measured_by_round(rows: list[dict]) -> dict[tuple[str, str, str], dict[int, float]]:
+    """Measured seconds per (workload, plan, task), by round."""
+    out: dict[tuple[str, str, str], dict[int, float]] = {}
     for r in rows:
         for task, v in r["tasks"].items():
             if v.get("measured_s"):
-                measured.setdefault((r["workload"], r["layout"], task), []).append(v["measured_s"])
-    errors: dict[str, list[float]] = {}
-    for (_wl, _layout, task), values in measured.items():
-        if len(values) > 1:
-            mean = statistics.fmean(values)
-            errors.setdefault(task, []).extend(mean / x - 1 for x in values)
+                out.setdefault((r["workload"], r["layout"], task), {})[r["round"]] = v["measured_s"]
+    return out
+
+
+def task_error_stats(errors: dict[str, list[float]]) -> dict:
+    """Per task: median and p90 of |error|, and how many."""
+    from hetrl_cli.calibration.validate import abs_error_stats
+
     out = {}
     for task, errs in sorted(errors.items()):
         med, p90 = abs_error_stats(errs)
@@ -508,16 +506,27 @@ def repeat_floor(rows: list[dict]) -> dict:
     return out
 
 
+def repeat_floor(rows: list[dict]) -> dict:
+    """Per task, the error a perfect deterministic model could reach on these runs: predicting each plan's
+    mean over its rounds, |mean / measured - 1| per run (plans measured in one round only are left out).
+    What calibration leaves above this is the model's; up to it, the box's run-to-run noise."""
+    errors: dict[str, list[float]] = {}
+    for (_wl, _layout, task), by_round in measured_by_round(rows).items():
+        if len(by_round) > 1:
+            mean = statistics.fmean(by_round.values())
+            errors.setdefault(task, []).extend(mean / x - 1 for x in by_round.values())
+    return task_error_stats(errors)
+
+
 def round_drift(rows: list[dict]) -> dict | None:
     """How much slower the whole box ran in round 0 than in round 1: per (workload, plan, task) measured in
-    both, round 0's seconds over round 1's; their median, and in how many round 0 was the slower. A shared
-    machine's speed drifts over minutes; a fit over both rounds splits the difference."""
-    seconds: dict[tuple[str, str, str], dict[int, float]] = {}
-    for r in rows:
-        for task, v in r["tasks"].items():
-            if task != "weight_sync" and v.get("measured_s"):
-                seconds.setdefault((r["workload"], r["layout"], task), {})[r["round"]] = v["measured_s"]
-    ratios = [v[0] / v[1] for v in seconds.values() if 0 in v and 1 in v]
+    both, round 0's seconds over round 1's (weight syncs left out: a few milliseconds); their median, and in
+    how many round 0 was the slower. A shared machine's speed drifts over minutes; a fit over both rounds
+    splits the difference."""
+    ratios = [
+        v[0] / v[1] for (_wl, _layout, task), v in measured_by_round(rows).items()
+        if task != "weight_sync" and 0 in v and 1 in v
+    ]  # fmt: skip
     if not ratios:
         return None
     return {"median_ratio": statistics.median(ratios), "round0_slower": sum(x > 1 for x in ratios), "n": len(ratios)}
@@ -525,17 +534,11 @@ def round_drift(rows: list[dict]) -> dict | None:
 
 def in_sample(fit) -> dict:
     """Per task, the error left after a fit on every run (its exact residuals): what no held-out split adds."""
-    from hetrl_cli.calibration.validate import abs_error_stats
-
     errors: dict[str, list[float]] = {}
     for r in fit.residuals:
         if r.error_after is not None:
             errors.setdefault(r.task, []).append(r.error_after)
-    out = {}
-    for task, errs in sorted(errors.items()):
-        med, p90 = abs_error_stats(errs)
-        out[task] = {"median_abs_error": med, "p90_abs_error": p90, "n": len(errs)}
-    return out
+    return task_error_stats(errors)
 
 
 def _pct(x: float | None) -> str:
