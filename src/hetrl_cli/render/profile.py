@@ -74,7 +74,7 @@ def hosts_table(profile: ClusterProfile) -> Table:
     table = Table(
         title=f"{profile.name}: {len(profile.hosts)} hosts, {len(profile.devices)} devices", title_justify="left"
     )
-    for column in ("host", "region", "devices", "memory", "compute", "mem BW", "cores", "intra-host"):
+    for column in ("host", "region", "devices", "memory", "compute", "mem BW", "cores", "decode", "intra-host"):
         table.add_column(column, overflow="fold")
     by_host: dict[str, list[Device]] = {h.name: [] for h in profile.hosts}
     for device in profile.devices:
@@ -87,7 +87,7 @@ def hosts_table(profile: ClusterProfile) -> Table:
 def _host_row(host: Host, devices: list[Device]) -> list[str]:
     if host.status == "missing":
         reason = escape(host.error or "not profiled")
-        return [f"[red]{escape(host.name)}[/]", host.region, f"[red]missing: {reason}[/]"] + [""] * 5
+        return [f"[red]{escape(host.name)}[/]", host.region, f"[red]missing: {reason}[/]"] + [""] * 6
     first = devices[0] if devices else None
     cores = first.cores if first and first.cores is not None else host.cpu_count
     return [
@@ -98,6 +98,7 @@ def _host_row(host: Host, devices: list[Device]) -> list[str]:
         compute_text(first) if first else "-",
         f"{first.memory_gbps:.3g} GB/s" if first else "-",
         f"{cores:g}" if cores is not None else "-",
+        f"{first.decode_steps_per_s:.0f} steps/s" if first and first.decode_steps_per_s else "-",
         _intra_text(host.intra_link),
     ]
 
