@@ -344,11 +344,15 @@ def run_calibrated(result: dict, profile: ClusterProfile, budget_s: float, round
     return out
 
 
+def fit_data(runs: list[dict]) -> dict[str, tuple]:
+    """Recorded runs as fit_calibration takes them, (run id, plan, metrics), by run dir; each read once."""
+    return {r["run_dir"]: (Path(r["run_dir"]).name, *load_run(r["run_dir"])) for r in runs}
+
+
 def calibrated_plans(result: dict, profile: ClusterProfile, budget_s: float) -> dict[str, Plan]:
     """Each workload planned (ilp) with the calibration fitted on every completed run of the recorded suite."""
     ok = [r for r in result["runs"] if r["status"] == "completed"]
-    data = [(Path(r["run_dir"]).name, *load_run(r["run_dir"])) for r in ok]
-    factors = fit_calibration(data, profile, warmup_of(result)).factors()
+    factors = fit_calibration(list(fit_data(ok).values()), profile, warmup_of(result)).factors()
     return {
         wl_name: make_plan(
             profile, wl, solver="ilp", budget_s=budget_s, name=f"{wl_name}:ilp-calibrated", calibration=factors
@@ -396,15 +400,15 @@ def analyse(result: dict, profile: ClusterProfile) -> None:
     result["folds"] = {"A": sorted(fold_a), "B": sorted(set(keys) - fold_a)}
     fits = {}
     warmup = warmup_of(result)
+    data = fit_data(ok)
     for fold in ("A", "B"):
-        train = [r for r in ok if (r["layout"] in fold_a) != (fold == "A")]
+        train = [data[r["run_dir"]] for r in ok if (r["layout"] in fold_a) != (fold == "A")]
         if train:
-            data = [(Path(r["run_dir"]).name, *load_run(r["run_dir"])) for r in train]
-            fits[fold] = fit_calibration(data, profile, warmup)
+            fits[fold] = fit_calibration(train, profile, warmup)
     rows = []
     for r in ok:
         fold = "A" if r["layout"] in fold_a else "B"
-        plan, _ = load_run(r["run_dir"])
+        plan = data[r["run_dir"]][1]
         # the cost model as it is now, uncalibrated (a plan.json holds what the model said when it was planned)
         before = validate_run(r["run_dir"], warmup, scored=rescore(plan, profile), predictions="current", write=False)
         after = before
@@ -440,8 +444,7 @@ def analyse(result: dict, profile: ClusterProfile) -> None:
     summary["per_workload"] = summarise(merged)["per_workload"]
     summary["repeat_floor"] = repeat_floor(rows)
     summary["round_drift"] = round_drift(rows)
-    every = [(Path(r["run_dir"]).name, *load_run(r["run_dir"])) for r in ok]
-    summary["in_sample"] = in_sample(fit_calibration(every, profile, warmup))
+    summary["in_sample"] = in_sample(fit_calibration(list(data.values()), profile, warmup))
     for wl, entry in summary["per_workload"].items():
         step = {r["layout"]: r["measured_step_s"] for r in merged if r["workload"] == wl}
         if "ilp" in step:

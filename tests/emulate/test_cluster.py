@@ -188,7 +188,12 @@ print(max(decode_steps_per_s(torch, 0.2) for _ in range(3)))
 
 def uncapped_decode_steps_per_s() -> float:
     """The probe's decode-loop rate in one uncapped process (the best of three medians)."""
-    done = subprocess.run([sys.executable, "-c", UNCAPPED_DECODE], capture_output=True, text=True, timeout=120)
+    return _python_number(UNCAPPED_DECODE)
+
+
+def _python_number(script: str) -> float:
+    """What `script` prints, run by this interpreter in a process of its own (uncapped)."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return float(done.stdout)
 
@@ -196,9 +201,7 @@ def uncapped_decode_steps_per_s() -> float:
 def single_core_peak_gflops() -> float:
     """Best-case fp32 GFLOP/s of one uncapped core on the probe's quick matmul (the fastest of 40 steps, so
     other load on the machine hardly lowers it)."""
-    done = subprocess.run([sys.executable, "-c", PEAK], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return float(done.stdout)
+    return _python_number(PEAK)
 
 
 def test_hetrl_profile_sees_the_slow_hosts_and_the_slow_link(
