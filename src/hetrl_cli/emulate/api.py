@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import math
 import os
 import re
 import shutil
@@ -47,6 +48,8 @@ class EmulatedHost:
     """Cores (fraction of one) the host's processes share."""
     memory_bytes: int | None
     sshd_pid: int
+    cpus: tuple[int, ...] = ()
+    """The CPUs its processes may run on (affinity); () = not pinned, all of this machine's."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,9 @@ class EmulatedCluster:
         lines = [f"emulated cluster up: {len(self.hosts)} hosts in {len(regions)} regions (state {self.state_dir})"]
         for h in self.hosts:
             memory = f", memory {h.memory_bytes / 2**20:.0f} MiB" if h.memory_bytes else ""
-            lines.append(f"  {h.name:<12} {h.address:<15} region {h.region:<10} cpu {h.cpu:g} core{memory}")
+            lines.append(
+                f"  {h.name:<12} {h.address:<15} region {h.region:<10} cpu {h.cpu:g} core{memory}{on_cpus(h.cpus)}"
+            )
         for lk in self.links:
             rate = f"{lk.bandwidth_Bps * 8 / 1e6:g} Mbit/s" if lk.bandwidth_Bps else "not shaped"
             latency = (
@@ -102,6 +107,7 @@ def emulate_up(spec_path: Path, state_dir: Path = DEFAULT_STATE_DIR) -> Emulated
     # 1) everything that can be refused is refused before anything is made
     spec = load_spec(spec_path)
     _check_cpu_shares(spec, str(spec_path))
+    cpu_sets = host_cpu_sets(spec, sorted(os.sched_getaffinity(0)), str(spec_path))
     require_root_and_tools()
     state_dir = _check_state_dir(state_dir)
     _refuse_if_up(state_dir)
@@ -110,7 +116,7 @@ def emulate_up(spec_path: Path, state_dir: Path = DEFAULT_STATE_DIR) -> Emulated
     state = State(path=state_dir / STATE_FILE, spec=str(spec_path))
     state.save()
     try:
-        cluster = _build(spec, state_dir, state, cpu_ctl, memory_ctl)
+        cluster = _build(spec, state_dir, state, cpu_ctl, memory_ctl, cpu_sets)
     except BaseException as exc:
         try:
             _teardown(state)
@@ -127,6 +133,65 @@ def _check_cpu_shares(spec: ClusterSpec, where: str) -> None:
     for i, host in enumerate(spec.hosts):
         if host.cpu > cores:
             raise BadInput(f"{where}: field 'hosts.{i}.cpu': {host.cpu:g} cores, but this machine has {cores}")
+
+
+PACK_SLACK = 1e-9
+
+
+def pack_cpus(shares: list[float], cpus: list[int]) -> list[tuple[int, ...]] | None:
+    """CPUs for each host, so that the hosts sharing a CPU fit in it together; None when they do not pack.
+
+    Why: a CPU quota caps how much a host runs, not where, so unpinned hosts run on each other's CPUs. On the
+    suite's cluster (docs/emulate.md) the fast host's critic inference took 46-52 ms in 6 of 7 runs while the
+    slower hosts worked, 39-42 ms when they idled, its thread's own CPU time up as much; pinned, 42-44 ms in
+    both. First-fit, largest share first, from the highest-numbered CPU down;
+    a host of share above 1 takes ceil(share) whole CPUs to itself.
+
+    >>> pack_cpus([1.0, 0.5, 0.25], [0, 1])
+    [(1,), (0,), (0,)]
+    >>> pack_cpus([1.0, 0.75, 0.5], [0, 1]) is None
+    True
+    """
+    room = dict.fromkeys(sorted(cpus, reverse=True), 1.0)
+    out: list[tuple[int, ...]] = [()] * len(shares)
+    for i in sorted(range(len(shares)), key=lambda i: -shares[i]):
+        if shares[i] > 1:
+            whole = [cpu for cpu, left in room.items() if left >= 1 - PACK_SLACK][: math.ceil(shares[i])]
+            if len(whole) < math.ceil(shares[i]):
+                return None
+            room.update(dict.fromkeys(whole, 0.0))
+            out[i] = tuple(sorted(whole))
+            continue
+        cpu = next((cpu for cpu, left in room.items() if left >= shares[i] - PACK_SLACK), None)
+        if cpu is None:
+            return None
+        room[cpu] -= shares[i]
+        out[i] = (cpu,)
+    return out
+
+
+def host_cpu_sets(spec: ClusterSpec, cpus: list[int], where: str) -> list[tuple[int, ...]]:
+    """Each host's CPUs as the spec's `pin_cpus` asks: packed, or () for all of them."""
+    unpinned: list[tuple[int, ...]] = [()] * len(spec.hosts)
+    if spec.pin_cpus is False:
+        return unpinned
+    packed = pack_cpus([h.cpu for h in spec.hosts], cpus)
+    if packed is not None:
+        return packed
+    if spec.pin_cpus is True:
+        total = sum(h.cpu for h in spec.hosts)
+        raise BadInput(
+            f"{where}: field 'pin_cpus': the hosts' shares ({total:g} cores in all) do not pack onto this "
+            f"machine's {len(cpus)} CPUs with each host on CPUs of its own; lower the shares or set pin_cpus: auto"
+        )
+    return unpinned
+
+
+def on_cpus(cpus: tuple[int, ...]) -> str:
+    """', on CPU 1' / ', on CPUs 2,3' for the summary and hosts.txt ('' when not pinned)."""
+    if not cpus:
+        return ""
+    return f", on CPU{'s' if len(cpus) > 1 else ''} {','.join(map(str, cpus))}"
 
 
 def _check_state_dir(state_dir: Path) -> Path:
@@ -177,6 +242,7 @@ def _build(
     state: State,
     cpu_ctl: cgroups.Controller,
     memory_ctl: cgroups.Controller | None,
+    cpu_sets: list[tuple[int, ...]],
 ) -> EmulatedCluster:
     # 2) keys: one client key, authorised on every host
     identity = state_dir / CLIENT_KEY
@@ -193,7 +259,7 @@ def _build(
     started = []
     for index, host in enumerate(spec.hosts):
         address = ipaddress.IPv4Interface(f"{addresses[index + 1]}/{spec.subnet.prefixlen}")
-        started.append(_make_host(host, index, address, state, state_dir, controllers, period_us))
+        started.append(_make_host(host, index, address, state, state_dir, controllers, period_us, cpu_sets[index]))
     # 5) links: htb classes on each host towards the regions it has a shaped link to
     plan = shaping_plan(spec, {s.spec.name: s.address for s in started})
     for name, classes in plan.items():
@@ -219,6 +285,7 @@ class _Started:
     proc: subprocess.Popen[bytes]
     log: Path
     host_key: str
+    cpus: tuple[int, ...]
 
 
 def _make_host(
@@ -229,6 +296,7 @@ def _make_host(
     state_dir: Path,
     controllers: tuple[cgroups.Controller, cgroups.Controller | None],
     period_us: int,
+    cpus: tuple[int, ...],
 ) -> _Started:
     """One host: netns, veth, cgroups, host key, config, sshd (started, not yet waited for)."""
     ns = netns.netns_name(host.name)
@@ -251,9 +319,9 @@ def _make_host(
     host_key = sshd.keygen(host_dir / "host_ed25519", f"hetrl-emulate-{host.name}")
     config = sshd.write_config(host_dir, str(address.ip), state_dir / "authorized_keys")
     log = host_dir / "sshd.log"
-    proc = sshd.start(host.name, ns, groups, config, log)
+    proc = sshd.start(host.name, ns, groups, config, log, cpus)
     state.record(type="process", pid=proc.pid, marker=str(config), host=host.name)
-    return _Started(host, str(address.ip), proc, log, host_key)
+    return _Started(host, str(address.ip), proc, log, host_key, cpus)
 
 
 def shaping_plan(spec: ClusterSpec, addresses: dict[str, str]) -> dict[str, list[netns.Shaping]]:
@@ -293,7 +361,7 @@ def _write_outputs(spec: ClusterSpec, state_dir: Path, state: State, started: li
         memory = f", memory {s.spec.memory} B" if s.spec.memory else ""
         lines.append(
             f"{USER}@{s.address}:{sshd.SSH_PORT} region={s.spec.region} identity={identity} python={sys.executable}"
-            f"  # host {s.spec.name}: cpu {s.spec.cpu:g} core{memory}"
+            f"  # host {s.spec.name}: cpu {s.spec.cpu:g} core{memory}{on_cpus(s.cpus)}"
         )
     hosts_text = "\n".join(lines) + "\n"
     parse_hosts_text(hosts_text, str(hosts_file))  # what we write must be what hetrl reads
@@ -306,7 +374,7 @@ def _write_outputs(spec: ClusterSpec, state_dir: Path, state: State, started: li
     write_text_atomic(configured_file, _links_yaml(links, state.spec, with_bandwidth=True))
     hosts = [
         EmulatedHost(s.spec.name, s.spec.region, s.address, netns.netns_name(s.spec.name), s.spec.cpu, s.spec.memory,
-                     s.proc.pid)
+                     s.proc.pid, s.cpus)
         for s in started
     ]  # fmt: skip
     return EmulatedCluster(state_dir, hosts, links, hosts_file, known_hosts, identity, links_file, configured_file)

@@ -2,6 +2,7 @@
 
     subnet: 10.213.0.0/24          # optional; private IPv4, only ever inside the namespaces and our bridge
     cpu_period_ms: 4               # optional; CFS period the CPU shares are enforced over
+    pin_cpus: auto                 # optional; auto | true | false: each host on CPUs of its own (see api.py)
     hosts:
       - {name: fast, region: east, cpu: 1.0}
       - {name: mid, region: east, cpu: 0.5, memory: 2GiB}
@@ -22,7 +23,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
@@ -158,6 +159,10 @@ class ClusterSpec(Strict):
     cpu_period_ms: float = Field(default=4.0, ge=1, le=1000)
     """CFS period: a short one makes a host evenly slow rather than fast in bursts of `cpu × period`; raised
     per host where `cpu × period` would be under the kernel's 1 ms minimum quota (e.g. 10 ms for cpu 0.1)."""
+    pin_cpus: Literal["auto"] | bool = "auto"
+    """Give each host CPUs of its own (affinity), packed by share: hosts that share one CPU together stay within
+    it, so a busy host never runs on another's CPU. auto: pin when the shares pack onto this machine's CPUs,
+    else leave every host on all of them; true: pin or refuse; false: never pin."""
     hosts: list[HostSpec] = Field(min_length=1, max_length=MAX_HOSTS)
     """The hosts, in hosts.txt order."""
     links: list[LinkSpec] = Field(default_factory=list)

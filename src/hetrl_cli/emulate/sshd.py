@@ -52,11 +52,15 @@ def write_config(host_dir: Path, address: str, authorized_keys: Path) -> Path:
     return config
 
 
-def start(host: str, netns: str, cgroups: list[Path], config: Path, log: Path) -> subprocess.Popen[bytes]:
-    """Start sshd as the host (hostinit: netns, hostname, cgroups, then exec); it outlives this process."""
+def start(
+    host: str, netns: str, cgroups: list[Path], config: Path, log: Path, cpus: tuple[int, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """Start sshd as the host (hostinit: netns, hostname, cgroups, CPUs, then exec); it outlives this process."""
     argv = [sys.executable, "-m", "hetrl_cli.emulate.hostinit", "--netns", f"/run/netns/{netns}", "--hostname", host]
     for group in cgroups:
         argv += ["--cgroup", str(group)]
+    if cpus:
+        argv += ["--cpus", ",".join(map(str, cpus))]
     argv += ["--", SSHD, "-D", "-e", "-f", str(config)]
     with log.open("ab") as log_fh:
         return subprocess.Popen(
