@@ -1,13 +1,15 @@
-"""What `up` will make, computed without making it: htb classes per host, CPU periods the kernel accepts."""
+"""What `up` will make, computed without making it: htb classes per host, CPU periods the kernel accepts, which
+CPUs each host is pinned to."""
 
 from __future__ import annotations
 
 import pytest
 
-from hetrl_cli.emulate.api import shaping_plan
+from hetrl_cli.emulate.api import host_cpu_sets, pack_cpus, shaping_plan
 from hetrl_cli.emulate.cgroups import effective_period_us
 from hetrl_cli.emulate.netns import Shaping, veth_name
 from hetrl_cli.emulate.spec import parse_spec_text
+from hetrl_cli.errors import BadInput
 
 SPEC = """
 hosts:
@@ -42,3 +44,47 @@ def test_period_is_raised_so_the_quota_is_at_least_one_millisecond(cpu: float, p
 
 def test_interface_names_fit_ifnamsiz() -> None:
     assert len(veth_name(9999)) <= 15
+
+
+@pytest.mark.parametrize(
+    ("shares", "cpus", "expected"),
+    [
+        ([1.0, 0.5, 0.25], [0, 1], [(1,), (0,), (0,)]),  # the example: fast alone, mid and slow share the other
+        ([0.25, 0.5, 1.0], [0, 1], [(0,), (0,), (1,)]),  # largest first, whatever the spec order
+        ([0.5, 0.5, 0.5, 0.5], [2, 3], [(3,), (3,), (2,), (2,)]),  # exactly full
+        ([1.5, 0.5], [0, 1, 2], [(1, 2), (0,)]),  # above one core: whole CPUs to itself
+        ([0.6, 0.6], [0, 1], [(1,), (0,)]),  # two that do not fit in one CPU get one each
+        ([1.0, 1.0, 0.5], [0, 1], None),
+        ([0.6, 0.6, 0.6], [0, 1], None),  # 1.8 cores in all, yet no CPU holds two
+        ([2.5], [0, 1], None),
+    ],
+)
+def test_hosts_are_packed_onto_cpus_of_their_own(
+    shares: list[float], cpus: list[int], expected: list[tuple[int, ...]] | None
+) -> None:
+    packed = pack_cpus(shares, cpus)
+    assert packed == expected
+    if packed is not None:  # no CPU holds more than its one core of shares, and a host above one core is alone
+        for cpu in cpus:
+            assert sum(s for s, on in zip(shares, packed, strict=True) if cpu in on and s <= 1) <= 1
+            assert sum(1 for s, on in zip(shares, packed, strict=True) if cpu in on and s > 1) <= 1
+
+
+def test_pin_cpus_auto_pins_when_the_shares_pack_and_leaves_the_hosts_unpinned_otherwise() -> None:
+    spec = parse_spec_text("hosts: [{name: a, region: r, cpu: 1}, {name: b, region: r, cpu: 0.5}]\n", "s.yaml")
+    assert spec.pin_cpus == "auto"
+    assert host_cpu_sets(spec, [0, 1], "s.yaml") == [(1,), (0,)]
+    assert host_cpu_sets(spec, [0], "s.yaml") == [(), ()]  # 1.5 cores on one CPU: not pinned
+
+
+def test_pin_cpus_false_never_pins_and_true_refuses_what_does_not_pack() -> None:
+    text = "hosts: [{name: a, region: r, cpu: 1}, {name: b, region: r, cpu: 0.5}]\n"
+    assert host_cpu_sets(parse_spec_text("pin_cpus: false\n" + text, "s.yaml"), [0, 1], "s.yaml") == [(), ()]
+    pinned = parse_spec_text("pin_cpus: true\n" + text, "s.yaml")
+    assert host_cpu_sets(pinned, [0, 1], "s.yaml") == [(1,), (0,)]
+    with pytest.raises(BadInput) as err:
+        host_cpu_sets(pinned, [0], "s.yaml")
+    assert str(err.value) == (
+        "s.yaml: field 'pin_cpus': the hosts' shares (1.5 cores in all) do not pack onto the 1 CPU(s) here with "
+        "each host on CPUs of its own; lower the shares or set pin_cpus: auto"
+    )

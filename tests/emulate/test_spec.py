@@ -86,6 +86,8 @@ BAD = [
     ("subnet: 10.1.2.0/30\n" + ONE_HOST, "s.yaml: field 'subnet': subnet '10.1.2.0/30' is too small: use /16 to /29"),
     ("subnet: 10.1.2.0/29\nhosts: [" + ", ".join(f"{{name: h{i}, region: r, cpu: 1}}" for i in range(6)) + "]\n",
      "s.yaml: field 'subnet': 10.1.2.0/29 holds 5 hosts, the spec has 6"),
+    ("pin_cpus: sometimes\n" + ONE_HOST, "s.yaml: field 'pin_cpus': bad pin_cpus 'sometimes': use auto, true or false"),
+    ("pin_cpus: 2\n" + ONE_HOST, "s.yaml: field 'pin_cpus': bad pin_cpus '2': use auto, true or false"),
     ("cpu_period_ms: 0.5\n" + ONE_HOST,
      "s.yaml: field 'cpu_period_ms': Input should be greater than or equal to 1"),
     (ONE_HOST + "links: [{a: r, b: x, bandwidth: 1Gbps}]\n",

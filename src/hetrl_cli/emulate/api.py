@@ -181,8 +181,8 @@ def host_cpu_sets(spec: ClusterSpec, cpus: list[int], where: str) -> list[tuple[
     if spec.pin_cpus is True:
         total = sum(h.cpu for h in spec.hosts)
         raise BadInput(
-            f"{where}: field 'pin_cpus': the hosts' shares ({total:g} cores in all) do not pack onto this "
-            f"machine's {len(cpus)} CPUs with each host on CPUs of its own; lower the shares or set pin_cpus: auto"
+            f"{where}: field 'pin_cpus': the hosts' shares ({total:g} cores in all) do not pack onto the "
+            f"{len(cpus)} CPU(s) here with each host on CPUs of its own; lower the shares or set pin_cpus: auto"
         )
     return unpinned
 

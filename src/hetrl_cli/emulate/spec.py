@@ -63,6 +63,12 @@ def _check_region(value: str) -> str:
     return value
 
 
+def _check_pin_cpus(value: Any) -> str | bool:
+    if value == "auto" or isinstance(value, bool):
+        return value
+    raise PydanticCustomError("pin_cpus", "bad pin_cpus '{value}': use auto, true or false", {"value": value})
+
+
 def parse_size(value: Any) -> int:
     """`2GiB`, `512MiB`, `64KiB`, `1.5G`, or an integer → bytes (binary prefixes with `i`, SI without)."""
     if isinstance(value, bool):
@@ -159,7 +165,7 @@ class ClusterSpec(Strict):
     cpu_period_ms: float = Field(default=4.0, ge=1, le=1000)
     """CFS period: a short one makes a host evenly slow rather than fast in bursts of `cpu × period`; raised
     per host where `cpu × period` would be under the kernel's 1 ms minimum quota (e.g. 10 ms for cpu 0.1)."""
-    pin_cpus: Literal["auto"] | bool = "auto"
+    pin_cpus: Annotated[Literal["auto"] | bool, BeforeValidator(_check_pin_cpus)] = "auto"
     """Give each host CPUs of its own (affinity), packed by share: hosts that share one CPU together stay within
     it, so a busy host never runs on another's CPU. auto: pin when the shares pack onto this machine's CPUs,
     else leave every host on all of them; true: pin or refuse; false: never pin."""
