@@ -6,8 +6,10 @@ it (`profile_hosts`, quick probes); builds a bigger random Qwen2 (examples/emula
 seconds on the slow host; plans GRPO sync, GRPO async and PPO sync (examples/emulate-{grpo,ppo}.yaml) with the
 ilp solver, verl and streamrl, plus three hand-made layouts (>= 6 plans each); runs every plan for STEPS steps
 across the hosts, round-robin over plans, for as many rounds as the time budget allows; then cross-fits the
-calibration (plans in two folds, each predicted by the fit on the other fold) and reports step time, per-task
-error before/after and Spearman's rho of predicted vs measured step time.
+calibration (plans in two folds, each predicted by the fit on the other fold; also each plan by the fit on all
+others) and reports step time, per-task error before/after and Spearman's rho of predicted vs measured step
+time. Before each run a short probe on the fast host's CPUs records the machine's speed, to tell the box's
+drift from the model's error.
 
     sudo .venv/bin/python bench/emulated_suite.py [--budget-min 25] [--steps 4] [--quick]
     → bench/results/emulated_suite.json (rewritten after every run; docs/benchmarks.md quotes it)
@@ -41,7 +43,8 @@ from hetrl_cli.calibration.fit import COMM_TERMS, fit_calibration, link_kind
 from hetrl_cli.calibration.validate import load_run, validate_run
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.costmodel.simulate import rescore
-from hetrl_cli.emulate.api import emulate_down, emulate_up
+from hetrl_cli.emulate.api import emulate_down, emulate_up, host_cpu_sets
+from hetrl_cli.emulate.spec import load_spec
 from hetrl_cli.planner.api import make_plan
 from hetrl_cli.profiling.remote import ProfileOptions, profile_hosts
 from hetrl_cli.runtime.api import RunOptions, run_plan
@@ -60,6 +63,35 @@ WARMUP = 2
 (run 2026-12-04 16:56: actor_train's second step took >= 1.3x its fourth in 14 of 30 multi-host runs, 0 of 6
 one-host)."""
 BASELINES = ("verl", "streamrl")
+MACHINE_SPEED = """
+import os, sys, torch
+from hetrl_cli.profiling.probe import decode_steps_per_s
+if sys.argv[1]:
+    os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(",")})
+torch.set_num_threads(1)
+print(max(decode_steps_per_s(torch, 0.2) for _ in range(3)))
+"""
+
+
+def machine_speed(cpus: tuple[int, ...]) -> float | None:
+    """This machine's speed just before a run: the decode probe's steps/s in one process on `cpus` (the fast
+    host's, without its quota). A shared machine drifts over minutes (2026-12-04 21:42: the first three runs
+    measured generation 118-120 ms, the same layout 136-146 ms minutes later); the speed beside each run lets
+    the analysis see how much of the error follows it. None when the probe fails."""
+    done = subprocess.run(
+        [sys.executable, "-c", MACHINE_SPEED, ",".join(map(str, cpus))], capture_output=True, text=True, timeout=120
+    )
+    try:
+        return float(done.stdout)
+    except ValueError:
+        return None
+
+
+def fast_host_cpus() -> tuple[int, ...]:
+    """The CPUs `emulate up` pins the spec's largest host to (() = not pinned)."""
+    spec = load_spec(SPEC)
+    cpu_sets = host_cpu_sets(spec, sorted(os.sched_getaffinity(0)), str(SPEC))
+    return max(zip(spec.hosts, cpu_sets, strict=True), key=lambda pair: pair[0].cpu)[1]
 
 
 def recorded_profile(result: dict) -> ClusterProfile:
@@ -248,19 +280,21 @@ def main() -> None:
         rounds = 1 if args.quick else args.rounds
         runs_root = WORK / "runs" / time.strftime("%Y%m%d-%H%M%S")  # fresh: a run dir cannot be reused
         order = [(w, k) for k in next(iter(plans.values())) for w in plans]  # round-robin over plans and workloads
+        probe_cpus = fast_host_cpus()
         for rnd in range(rounds):
             for wl_name, key in order:
                 if time.monotonic() > deadline:
                     result["stopped_early"] = f"time budget reached in round {rnd}"
                     break
                 run_dir = runs_root / f"{wl_name}-{key}-r{rnd}"
+                speed = machine_speed(probe_cpus)
                 t0 = time.monotonic()
                 status = run_one(plans[wl_name][key], run_dir, steps)
                 wall = time.monotonic() - t0
                 print(f"round {rnd} {wl_name:10s} {key:10s} {wall:6.1f} s {status}", file=sys.stderr, flush=True)
                 result["runs"].append(
                     {"workload": wl_name, "layout": key, "round": rnd, "run_dir": str(run_dir), "wall_s": wall,
-                     "status": status}
+                     "status": status, "machine_speed": speed}
                 )  # fmt: skip
                 save()
         result["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -445,6 +479,8 @@ def analyse(result: dict, profile: ClusterProfile) -> None:
     summary["repeat_floor"] = repeat_floor(rows)
     summary["round_drift"] = round_drift(rows)
     summary["in_sample"] = in_sample(fit_calibration(list(data.values()), profile, warmup))
+    summary["leave_one_plan_out"] = leave_one_plan_out(ok, data, profile, warmup)
+    summary["machine_speed"] = speed_vs_error(rows, ok)
     for wl, entry in summary["per_workload"].items():
         step = {r["layout"]: r["measured_step_s"] for r in merged if r["workload"] == wl}
         if "ilp" in step:
@@ -544,6 +580,52 @@ def in_sample(fit) -> dict:
     return task_error_stats(errors)
 
 
+def leave_one_plan_out(ok: list[dict], data: dict[str, tuple], profile: ClusterProfile, warmup: int) -> dict:
+    """Per task, the error on each plan's runs of a fit on every other plan's runs: held out like the two
+    folds, but each fit sees five layouts rather than three."""
+    errors: dict[str, list[float]] = {}
+    for layout in dict.fromkeys(r["layout"] for r in ok):
+        mine = [r for r in ok if r["layout"] == layout]
+        rest = [data[r["run_dir"]] for r in ok if r["layout"] != layout]
+        if not rest:
+            continue
+        factors = fit_calibration(rest, profile, warmup).factors()
+        for r in mine:
+            plan = data[r["run_dir"]][1]
+            v = validate_run(r["run_dir"], warmup, scored=rescore(plan, profile, calibration=factors),
+                             predictions=f"all but {layout}", write=False)  # fmt: skip
+            for task, e in run_errors(v, v)["tasks"].items():
+                if e.get("error_after") is not None:
+                    errors.setdefault(task, []).append(e["error_after"])
+    return task_error_stats(errors)
+
+
+def speed_vs_error(rows: list[dict], runs: list[dict]) -> dict | None:
+    """Does the error follow the machine's speed? Per run, the median over its tasks (weight sync left out)
+    of measured / predicted after calibration, against the probe's speed just before it: Spearman's rho
+    (negative when a faster machine made the runs shorter than predicted) and the speeds' range."""
+    speed = {(r["workload"], r["layout"], r["round"]): r.get("machine_speed") for r in runs}
+    pairs = []
+    for row in rows:
+        v = speed.get((row["workload"], row["layout"], row["round"]))
+        ratios = [
+            t["measured_s"] / t["after_s"] for name, t in row["tasks"].items()
+            if name != "weight_sync" and t.get("measured_s") and t.get("after_s")
+        ]  # fmt: skip
+        if v and ratios:
+            pairs.append((v, statistics.median(ratios)))
+    if len(pairs) < 3:
+        return None
+    speeds = [v for v, _ in pairs]
+    return {
+        "n": len(pairs),
+        "steps_per_s_min": min(speeds),
+        "steps_per_s_median": statistics.median(speeds),
+        "steps_per_s_max": max(speeds),
+        "spearman_speed_vs_measured_over_predicted": spearman(speeds, [x for _, x in pairs]),
+    }
+
+
 def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.0f} %"
 
@@ -573,15 +655,17 @@ def markdown(result: dict) -> str:
             f"| {wl} | {f(sp, 'verl')} | {f(sp, 'streamrl')} | {f(wo, 'verl')}, {f(wo, 'streamrl')} | "
             f"{f(pr, 'verl')}, {f(pr, 'streamrl')} |"
         )
-    lines += ["", "| task | n | median before | median after | p90 before | p90 after | fitted on all runs: "
-              "median, p90 | repeat floor median, p90 |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    floor, fitted = s.get("repeat_floor", {}), s.get("in_sample", {})
+    lines += ["", "| task | n | median before | median after | p90 before | p90 after | leave one plan out: "
+              "median, p90 | fitted on all runs: median, p90 | repeat floor median, p90 |",
+              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    floor, fitted, lopo = s.get("repeat_floor", {}), s.get("in_sample", {}), s.get("leave_one_plan_out", {})
     for label, e in [*s["per_task"].items(), ("**all tasks**", s["all_tasks"])]:
         b, a = e["before"], e["after"]
-        f, i = floor.get(label, {}), fitted.get(label, {})
+        f, i, o = floor.get(label, {}), fitted.get(label, {}), lopo.get(label, {})
         lines.append(
             f"| {label} | {b['n']} | {_pct(b['median_abs_error'])} | {_pct(a['median_abs_error'])} | "
             f"{_pct(b['p90_abs_error'])} | {_pct(a['p90_abs_error'])} | "
+            f"{_pct(o.get('median_abs_error'))}, {_pct(o.get('p90_abs_error'))} | "
             f"{_pct(i.get('median_abs_error'))}, {_pct(i.get('p90_abs_error'))} | "
             f"{_pct(f.get('median_abs_error'))}, {_pct(f.get('p90_abs_error'))} |"
         )
@@ -589,6 +673,12 @@ def markdown(result: dict) -> str:
     if drift:
         lines += ["", f"Round 0 / round 1 measured seconds, median over {drift['n']} (workload, plan, task): "
                   f"{drift['median_ratio']:.2f} (round 0 slower in {drift['round0_slower']})."]  # fmt: skip
+    speed = s.get("machine_speed")
+    if speed:
+        lines += ["", f"Machine speed before each run (decode probe on the fast host's CPUs, {speed['n']} runs): "
+                  f"{speed['steps_per_s_min']:.0f}–{speed['steps_per_s_max']:.0f} steps/s (median "
+                  f"{speed['steps_per_s_median']:.0f}); Spearman ρ of speed vs a run's measured / predicted after "
+                  f"calibration: {speed['spearman_speed_vs_measured_over_predicted']:.2f}."]  # fmt: skip
     lines += ["", "| workload | plans | Spearman ρ before | Spearman ρ after | step error median before → after | "
               "fastest measured | fastest predicted (before) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for wl, e in s["per_workload"].items():
