@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from hetrl_cli.artifacts.hosts import load_hosts
-from hetrl_cli.emulate.api import EmulatedCluster, EmulatedHost, pack_cpus
+from hetrl_cli.emulate.api import EmulatedCluster, EmulatedHost, host_cpu_sets
+from hetrl_cli.emulate.spec import load_spec
 from hetrl_cli.profiling.links import load_link_overrides
 
-from .conftest import ssh, ssh_argv, ssh_popen
+from .conftest import EXAMPLE, ssh, ssh_argv, ssh_popen
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -89,20 +90,16 @@ def test_every_host_answers_over_ssh_with_its_own_hostname_address_and_cgroup(cl
     assert len({h.address for h in cluster.hosts}) == 3
 
 
-def test_each_host_runs_on_the_cpus_it_was_packed_onto(cluster: EmulatedCluster) -> None:
-    """fast (1.0) alone on one CPU, mid (0.5) and slow (0.25) together on another: what a process started over
-    SSH may run on, as the spec's default `pin_cpus: auto` packs them here."""
-    expected = pack_cpus([h.cpu for h in cluster.hosts], sorted(os.sched_getaffinity(0)))
-    if expected is None:  # fewer than 2 CPUs here: auto leaves the hosts unpinned
-        assert all(h.cpus == () for h in cluster.hosts)
-        return
+def test_each_host_runs_on_the_cpus_pin_cpus_gives_it(cluster: EmulatedCluster) -> None:
+    """What a process started over SSH may run on: the example's default `pin_cpus: auto` pins only where each
+    host gets CPUs of its own (4 or more CPUs here); on fewer every host keeps all of them."""
+    allowed = sorted(os.sched_getaffinity(0))
+    expected = host_cpu_sets(load_spec(EXAMPLE), allowed, str(EXAMPLE))
     for h, cpus in zip(cluster.hosts, expected, strict=True):
         assert h.cpus == cpus
         done = ssh(cluster, h.name, sys.executable, "-c", "'import os; print(sorted(os.sched_getaffinity(0)))'")
         assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == str(list(cpus)), h.name
-    by_name = {h.name: h.cpus for h in cluster.hosts}
-    assert by_name["mid"] == by_name["slow"] and not set(by_name["fast"]) & set(by_name["mid"])
+        assert done.stdout.strip() == str(list(cpus or allowed)), h.name
 
 
 def test_a_wrong_host_key_is_refused(cluster: EmulatedCluster, tmp_path: Path) -> None:

@@ -91,6 +91,15 @@ def test_up_twice_is_refused_and_down_is_idempotent(spec: Path, tmp_path: Path) 
         assert group.name == "hetrl-emu-big"
         assert int((group / "memory.limit_in_bytes").read_text()) == 256 << 20
         assert ssh(cluster, "small", "hostname").stdout == "small\n"
+        # CPUs: with 2 or more here each host is pinned to one of its own (pin_cpus: auto), and what it runs
+        # inherits that; with one CPU neither is pinned
+        cpus = sorted(os.sched_getaffinity(0))
+        expected = {"big": (cpus[-1],), "small": (cpus[-2],)} if len(cpus) > 1 else {"big": (), "small": ()}
+        assert {h.name: h.cpus for h in cluster.hosts} == expected
+        for h in cluster.hosts:
+            assert sorted(os.sched_getaffinity(h.sshd_pid)) == list(h.cpus or cpus)
+            inside = ssh(cluster, h.name, sys.executable, "-c", "'import os; print(sorted(os.sched_getaffinity(0)))'")
+            assert inside.stdout.strip() == str(list(h.cpus or cpus)), inside.stderr
     finally:
         removed = emulate_down(state)
     assert "netns hetrl-emu-big" in removed and "bridge hetrl-emu-br" in removed

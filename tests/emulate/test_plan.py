@@ -70,21 +70,29 @@ def test_hosts_are_packed_onto_cpus_of_their_own(
             assert sum(1 for s, on in zip(shares, packed, strict=True) if cpu in on and s > 1) <= 1
 
 
-def test_pin_cpus_auto_pins_when_the_shares_pack_and_leaves_the_hosts_unpinned_otherwise() -> None:
-    spec = parse_spec_text("hosts: [{name: a, region: r, cpu: 1}, {name: b, region: r, cpu: 0.5}]\n", "s.yaml")
-    assert spec.pin_cpus == "auto"
-    assert host_cpu_sets(spec, [0, 1], "s.yaml") == [(1,), (0,)]
-    assert host_cpu_sets(spec, [0], "s.yaml") == [(), ()]  # 1.5 cores on one CPU: not pinned
+def test_pin_cpus_auto_pins_only_where_every_host_gets_cpus_of_its_own() -> None:
+    two = parse_spec_text("hosts: [{name: a, region: r, cpu: 1}, {name: b, region: r, cpu: 0.5}]\n", "s.yaml")
+    assert two.pin_cpus == "auto"
+    assert host_cpu_sets(two, [0, 1], "s.yaml") == [(1,), (0,)]
+    assert host_cpu_sets(two, [0], "s.yaml") == [(), ()]  # would share the one CPU: not pinned
+    three = parse_spec_text(
+        "hosts: [{name: a, region: r, cpu: 1}, {name: b, region: r, cpu: 0.5}, {name: c, region: r, cpu: 0.25}]\n",
+        "s.yaml",
+    )
+    assert host_cpu_sets(three, [0, 1], "s.yaml") == [(), (), ()]  # b and c would share a CPU
+    assert host_cpu_sets(three, [0, 1, 2, 3], "s.yaml") == [(3,), (2,), (1,)]
+    big = parse_spec_text("hosts: [{name: a, region: r, cpu: 1.5}, {name: b, region: r, cpu: 0.5}]\n", "s.yaml")
+    assert host_cpu_sets(big, [0, 1, 2], "s.yaml") == [(1, 2), (0,)]
 
 
-def test_pin_cpus_false_never_pins_and_true_refuses_what_does_not_pack() -> None:
-    text = "hosts: [{name: a, region: r, cpu: 1}, {name: b, region: r, cpu: 0.5}]\n"
-    assert host_cpu_sets(parse_spec_text("pin_cpus: false\n" + text, "s.yaml"), [0, 1], "s.yaml") == [(), ()]
-    pinned = parse_spec_text("pin_cpus: true\n" + text, "s.yaml")
-    assert host_cpu_sets(pinned, [0, 1], "s.yaml") == [(1,), (0,)]
+def test_pin_cpus_false_never_pins_and_true_packs_or_refuses() -> None:
+    text = "hosts: [{name: a, region: r, cpu: 1}, {name: b, region: r, cpu: 0.5}, {name: c, region: r, cpu: 0.25}]\n"
+    assert host_cpu_sets(parse_spec_text("pin_cpus: false\n" + text, "s.yaml"), [0, 1, 2], "s.yaml") == [(), (), ()]
+    packed = parse_spec_text("pin_cpus: true\n" + text, "s.yaml")
+    assert host_cpu_sets(packed, [0, 1], "s.yaml") == [(1,), (0,), (0,)]  # b and c share CPU 0
     with pytest.raises(BadInput) as err:
-        host_cpu_sets(pinned, [0], "s.yaml")
+        host_cpu_sets(packed, [0], "s.yaml")
     assert str(err.value) == (
-        "s.yaml: field 'pin_cpus': the hosts' shares (1.5 cores in all) do not pack onto the 1 CPU(s) here with "
-        "each host on CPUs of its own; lower the shares or set pin_cpus: auto"
+        "s.yaml: field 'pin_cpus': the hosts' shares (1.75 cores in all) do not pack onto the 1 CPU(s) here; "
+        "lower the shares or set pin_cpus: auto"
     )

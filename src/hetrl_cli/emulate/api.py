@@ -140,12 +140,8 @@ PACK_SLACK = 1e-9
 
 def pack_cpus(shares: list[float], cpus: list[int]) -> list[tuple[int, ...]] | None:
     """CPUs for each host, so that the hosts sharing a CPU fit in it together; None when they do not pack.
-
-    Why: a CPU quota caps how much a host runs, not where, so unpinned hosts run on each other's CPUs. On the
-    suite's cluster (docs/emulate.md) the fast host's critic inference took 46-52 ms in 6 of 7 runs while the
-    slower hosts worked, 39-42 ms when they idled, its thread's own CPU time up as much; pinned, 42-44 ms in
-    both. First-fit, largest share first, from the highest-numbered CPU down;
-    a host of share above 1 takes ceil(share) whole CPUs to itself.
+    First-fit, largest share first, from the highest-numbered CPU down; a host of share above 1 takes
+    ceil(share) whole CPUs to itself.
 
     >>> pack_cpus([1.0, 0.5, 0.25], [0, 1])
     [(1,), (0,), (0,)]
@@ -171,20 +167,26 @@ def pack_cpus(shares: list[float], cpus: list[int]) -> list[tuple[int, ...]] | N
 
 
 def host_cpu_sets(spec: ClusterSpec, cpus: list[int], where: str) -> list[tuple[int, ...]]:
-    """Each host's CPUs as the spec's `pin_cpus` asks: packed, or () for all of them."""
+    """Each host's CPUs as the spec's `pin_cpus` asks, () for all of them (docs/emulate.md).
+
+    auto: pinned only where every host can have whole CPUs no other host uses. A quota caps how much a host
+    runs, not where, so unpinned hosts run on each other's CPUs; but hosts pinned together onto one CPU slow
+    each other more (the suite's cluster, 2 CPUs: mid and slow sharing one measured 0.30-0.41 and 0.12-0.15 of
+    the fast host's decode rate in eight profiles, against their shares 0.5 and 0.25, which two unpinned
+    profiles measured 0.49-0.52 and 0.16-0.24). true: packed, CPUs shared where needed, or refused; false: never."""
     unpinned: list[tuple[int, ...]] = [()] * len(spec.hosts)
     if spec.pin_cpus is False:
         return unpinned
+    if spec.pin_cpus == "auto":
+        return pack_cpus([float(math.ceil(h.cpu)) for h in spec.hosts], cpus) or unpinned
     packed = pack_cpus([h.cpu for h in spec.hosts], cpus)
-    if packed is not None:
-        return packed
-    if spec.pin_cpus is True:
+    if packed is None:
         total = sum(h.cpu for h in spec.hosts)
         raise BadInput(
             f"{where}: field 'pin_cpus': the hosts' shares ({total:g} cores in all) do not pack onto the "
-            f"{len(cpus)} CPU(s) here with each host on CPUs of its own; lower the shares or set pin_cpus: auto"
+            f"{len(cpus)} CPU(s) here; lower the shares or set pin_cpus: auto"
         )
-    return unpinned
+    return packed
 
 
 def on_cpus(cpus: tuple[int, ...]) -> str:

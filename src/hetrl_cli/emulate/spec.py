@@ -2,7 +2,7 @@
 
     subnet: 10.213.0.0/24          # optional; private IPv4, only ever inside the namespaces and our bridge
     cpu_period_ms: 4               # optional; CFS period the CPU shares are enforced over
-    pin_cpus: auto                 # optional; auto | true | false: each host on CPUs of its own (see api.py)
+    pin_cpus: auto                 # optional; auto | true | false: hosts on CPUs of their own (see api.py)
     hosts:
       - {name: fast, region: east, cpu: 1.0}
       - {name: mid, region: east, cpu: 0.5, memory: 2GiB}
@@ -166,9 +166,9 @@ class ClusterSpec(Strict):
     """CFS period: a short one makes a host evenly slow rather than fast in bursts of `cpu × period`; raised
     per host where `cpu × period` would be under the kernel's 1 ms minimum quota (e.g. 10 ms for cpu 0.1)."""
     pin_cpus: Annotated[Literal["auto"] | bool, BeforeValidator(_check_pin_cpus)] = "auto"
-    """Give each host CPUs of its own (affinity), packed by share: hosts that share one CPU together stay within
-    it, so a busy host never runs on another's CPU. auto: pin when the shares pack onto this machine's CPUs,
-    else leave every host on all of them; true: pin or refuse; false: never pin."""
+    """Pin hosts to CPUs (affinity), so that a busy host does not run on another's CPU. auto: only where every
+    host gets whole CPUs of its own; true: packed by share, hosts sharing a CPU where needed, or refused;
+    false: never (api.host_cpu_sets says why auto does not share)."""
     hosts: list[HostSpec] = Field(min_length=1, max_length=MAX_HOSTS)
     """The hosts, in hosts.txt order."""
     links: list[LinkSpec] = Field(default_factory=list)
