@@ -68,7 +68,6 @@ import os, sys, torch
 from hetrl_cli.profiling.probe import decode_steps_per_s
 if sys.argv[1]:
     os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(",")})
-torch.set_num_threads(1)
 print(max(decode_steps_per_s(torch, 0.2) for _ in range(3)))
 """
 
@@ -424,6 +423,13 @@ def stratified(runs: list[dict], profile: ClusterProfile) -> list[str]:
     return sorted(first, key=lambda key: kinds[key])
 
 
+def scored_run(run_dir: str, plan: Plan, profile: ClusterProfile, warmup: int, factors: dict | None, label: str):
+    """A recorded run's measurements beside the cost model's prediction as it is now (uncalibrated where
+    `factors` is None), not written into the run dir."""
+    scored = rescore(plan, profile, calibration=factors)
+    return validate_run(run_dir, warmup, scored=scored, predictions=label, write=False)
+
+
 def analyse(result: dict, profile: ClusterProfile) -> None:
     """Per plan the median over rounds; cross-fitted calibration; errors before/after; speedups; Spearman."""
     ok = [r for r in result["runs"] if r["status"] == "completed"]
@@ -444,11 +450,10 @@ def analyse(result: dict, profile: ClusterProfile) -> None:
         fold = "A" if r["layout"] in fold_a else "B"
         plan = data[r["run_dir"]][1]
         # the cost model as it is now, uncalibrated (a plan.json holds what the model said when it was planned)
-        before = validate_run(r["run_dir"], warmup, scored=rescore(plan, profile), predictions="current", write=False)
+        before = scored_run(r["run_dir"], plan, profile, warmup, None, "current")
         after = before
         if fold in fits:
-            scored = rescore(plan, profile, calibration=fits[fold].factors())
-            after = validate_run(r["run_dir"], warmup, scored=scored, predictions=f"fold {fold}", write=False)
+            after = scored_run(r["run_dir"], plan, profile, warmup, fits[fold].factors(), f"fold {fold}")
         rows.append({**{k: r[k] for k in ("workload", "layout", "round", "wall_s")}, "fold": fold,
                      **run_errors(before, after)})  # fmt: skip
     result["rows"] = rows
@@ -591,9 +596,7 @@ def leave_one_plan_out(ok: list[dict], data: dict[str, tuple], profile: ClusterP
             continue
         factors = fit_calibration(rest, profile, warmup).factors()
         for r in mine:
-            plan = data[r["run_dir"]][1]
-            v = validate_run(r["run_dir"], warmup, scored=rescore(plan, profile, calibration=factors),
-                             predictions=f"all but {layout}", write=False)  # fmt: skip
+            v = scored_run(r["run_dir"], data[r["run_dir"]][1], profile, warmup, factors, f"all but {layout}")
             for task, e in run_errors(v, v)["tasks"].items():
                 if e.get("error_after") is not None:
                     errors.setdefault(task, []).append(e["error_after"])

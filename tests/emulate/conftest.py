@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,6 +101,13 @@ def ssh(cluster: EmulatedCluster, host: str, *command: str, timeout: float = 60)
     """Run a command on an emulated host."""
     argv = ssh_argv(cluster, host, *command)
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def remote_affinity(cluster: EmulatedCluster, host: str) -> str:
+    """The CPUs a process started over SSH on `host` may run on, as `sorted(os.sched_getaffinity(0))` prints."""
+    done = ssh(cluster, host, sys.executable, "-c", "'import os; print(sorted(os.sched_getaffinity(0)))'")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def ssh_popen(cluster: EmulatedCluster, host: str, *command: str) -> subprocess.Popen[str]:

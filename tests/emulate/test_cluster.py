@@ -22,7 +22,7 @@ from hetrl_cli.emulate.api import EmulatedCluster, EmulatedHost, host_cpu_sets
 from hetrl_cli.emulate.spec import load_spec
 from hetrl_cli.profiling.links import load_link_overrides
 
-from .conftest import EXAMPLE, ssh, ssh_argv, ssh_popen
+from .conftest import EXAMPLE, remote_affinity, ssh, ssh_argv, ssh_popen
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 
@@ -97,9 +97,7 @@ def test_each_host_runs_on_the_cpus_pin_cpus_gives_it(cluster: EmulatedCluster) 
     expected = host_cpu_sets(load_spec(EXAMPLE), allowed, str(EXAMPLE))
     for h, cpus in zip(cluster.hosts, expected, strict=True):
         assert h.cpus == cpus
-        done = ssh(cluster, h.name, sys.executable, "-c", "'import os; print(sorted(os.sched_getaffinity(0)))'")
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == str(list(cpus or allowed)), h.name
+        assert remote_affinity(cluster, h.name) == str(list(cpus or allowed)), h.name
 
 
 def test_a_wrong_host_key_is_refused(cluster: EmulatedCluster, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from hetrl_cli.emulate import api, sshd
 from hetrl_cli.emulate.api import emulate_down, emulate_up
 from hetrl_cli.errors import BadInput, HetrlError
 
-from .conftest import EXAMPLE, leftovers, ssh, sshd_pids
+from .conftest import EXAMPLE, leftovers, remote_affinity, ssh, sshd_pids
 
 
 def emulated(test: Callable[..., None]) -> Callable[..., None]:
@@ -98,8 +98,7 @@ def test_up_twice_is_refused_and_down_is_idempotent(spec: Path, tmp_path: Path) 
         assert {h.name: h.cpus for h in cluster.hosts} == expected
         for h in cluster.hosts:
             assert sorted(os.sched_getaffinity(h.sshd_pid)) == list(h.cpus or cpus)
-            inside = ssh(cluster, h.name, sys.executable, "-c", "'import os; print(sorted(os.sched_getaffinity(0)))'")
-            assert inside.stdout.strip() == str(list(h.cpus or cpus)), inside.stderr
+            assert remote_affinity(cluster, h.name) == str(list(h.cpus or cpus)), h.name
     finally:
         removed = emulate_down(state)
     assert "netns hetrl-emu-big" in removed and "bridge hetrl-emu-br" in removed

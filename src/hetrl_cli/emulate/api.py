@@ -106,8 +106,9 @@ def emulate_up(spec_path: Path, state_dir: Path = DEFAULT_STATE_DIR) -> Emulated
     """Build the cluster of `spec_path`; its hosts.txt, keys and state go to `state_dir`."""
     # 1) everything that can be refused is refused before anything is made
     spec = load_spec(spec_path)
-    _check_cpu_shares(spec, str(spec_path))
-    cpu_sets = host_cpu_sets(spec, sorted(os.sched_getaffinity(0)), str(spec_path))
+    cpus = sorted(os.sched_getaffinity(0))
+    _check_cpu_shares(spec, len(cpus), str(spec_path))
+    cpu_sets = host_cpu_sets(spec, cpus, str(spec_path))
     require_root_and_tools()
     state_dir = _check_state_dir(state_dir)
     _refuse_if_up(state_dir)
@@ -128,14 +129,14 @@ def emulate_up(spec_path: Path, state_dir: Path = DEFAULT_STATE_DIR) -> Emulated
     return cluster
 
 
-def _check_cpu_shares(spec: ClusterSpec, where: str) -> None:
-    cores = len(os.sched_getaffinity(0))
+def _check_cpu_shares(spec: ClusterSpec, cores: int, where: str) -> None:
     for i, host in enumerate(spec.hosts):
         if host.cpu > cores:
             raise BadInput(f"{where}: field 'hosts.{i}.cpu': {host.cpu:g} cores, but this machine has {cores}")
 
 
 PACK_SLACK = 1e-9
+"""Float room left on a CPU that still counts as room (0.25 × 4 must fill a CPU exactly)."""
 
 
 def pack_cpus(shares: list[float], cpus: list[int]) -> list[tuple[int, ...]] | None:
