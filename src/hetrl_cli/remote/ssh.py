@@ -8,6 +8,7 @@ fabric and paramiko are imported inside the functions that need them (the CLI st
 from __future__ import annotations
 
 import base64
+import contextlib
 import getpass
 import hashlib
 import logging
@@ -94,6 +95,26 @@ class _SshStarted:
         while self.channel.recv_stderr_ready():
             chunks.append(self.channel.recv_stderr(4096))
         return b"".join(chunks).decode(errors="replace")
+
+    def send(self, text: str) -> None:
+        self.channel.sendall(text.encode())
+
+    def finish(self, timeout_s: float) -> Completed:
+        """Close the command's stdin, wait up to `timeout_s` for it to exit, and return its exit status (-1
+        if it did not exit) with the stdout and stderr not read yet."""
+        self.channel.shutdown_write()
+        exited = self.channel.status_event.wait(timeout_s)
+        out, err = [], []
+        self.channel.settimeout(1.0)
+        with contextlib.suppress(TimeoutError, OSError):
+            while part := self.channel.recv(65536):
+                out.append(part)
+        with contextlib.suppress(TimeoutError, OSError):
+            while part := self.channel.recv_stderr(65536):
+                err.append(part)
+        rc = self.channel.recv_exit_status() if exited else -1
+        self.channel.close()
+        return Completed(rc, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"))
 
     def close(self) -> None:
         # The server sees its stdin close and exits (--exit-on-eof); its own lifetime bounds it regardless.
