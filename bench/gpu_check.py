@@ -168,7 +168,8 @@ def profile_host(out: Path, quick: bool) -> tuple[Any, dict[str, Any]]:
 
 
 def run_probe(quick: bool) -> dict[str, Any]:
-    """The probe as `hetrl profile` starts it (`python -m hetrl_cli.profiling.probe`): its JSON facts."""
+    """The probe as `hetrl profile` starts it (`python -m hetrl_cli.profiling.probe`, without the --together
+    barrier one host does not need): its JSON facts."""
     argv = [sys.executable, "-m", "hetrl_cli.profiling.probe", *(["--quick"] if quick else [])]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     facts = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {}
