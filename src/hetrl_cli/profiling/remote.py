@@ -143,11 +143,12 @@ class _LocalStarted:
         """As _SshStarted.finish: close stdin, wait for the exit, return the status and the unread output."""
         try:
             out, err = self.proc.communicate(timeout=timeout_s)
+            rc = self.proc.returncode
         except subprocess.TimeoutExpired:
             self.proc.kill()
             out, err = self.proc.communicate()
-            return Completed(-1, out.decode(errors="replace"), err.decode(errors="replace"))
-        return Completed(self.proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+            rc = -1
+        return Completed(rc, out.decode(errors="replace"), err.decode(errors="replace"))
 
     def close(self) -> None:
         # Closing stdin makes the server exit (--exit-on-eof); kill it if it does not within a second.
@@ -175,6 +176,15 @@ def probe_argv(entry: HostEntry, quick: bool) -> list[str]:
     return [*argv, "--quick"] if quick else argv
 
 
+def _json_object(line: str) -> dict[str, Any]:
+    """`line` parsed as a JSON object; {} for anything else."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def explain_probe_failure(done: Completed, python: str) -> str:
     """Why the probe produced no usable JSON, from its exit code and output."""
     err = done.stderr.strip()
@@ -183,23 +193,12 @@ def explain_probe_failure(done: Completed, python: str) -> str:
         return f"python {python!r} not found: set python= in hosts.txt to an interpreter that has hetrl installed"
     if "No module named" in err and "hetrl_cli" in err:
         return f"hetrl is not installed for {python}: pip install hetrl on that host, or set python= in hosts.txt"
-    try:
-        data = json.loads(done.stdout)
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and data.get("error"):
-        return f"probe: {data['error']}"
+    error = _json_object(done.stdout).get("error")
+    if error:
+        return f"probe: {error}"
     if done.rc != 0:
         return f"probe crashed (exit {done.rc}): {last or 'no error output'}"
     return f"probe printed no JSON object on stdout (got {done.stdout[:80]!r})"
-
-
-def _json_object(line: str) -> dict[str, Any]:
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _probe_failure(handle: Started, first: str, entry: HostEntry, timeout_s: float) -> HostFailure:
