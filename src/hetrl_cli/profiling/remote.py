@@ -249,12 +249,10 @@ class HostRun:
     probe: Started | None = None
     facts: dict[str, Any] | None = None
     error: str | None = None
-    seconds: float = 0.0
 
 
 def _guarded(run: HostRun, report: Callable, step: Callable[[], None]) -> None:
     """Run one step of a host's probing; a failure becomes the host's `error`, never an exception."""
-    start = time.perf_counter()
     try:
         step()
     except HostFailure as exc:
@@ -263,7 +261,6 @@ def _guarded(run: HostRun, report: Callable, step: Callable[[], None]) -> None:
     except Exception as exc:  # anything unexpected still names the host instead of killing the others
         run.error = f"{type(exc).__name__}: {exc}"
         report(run.entry.name, "failed")
-    run.seconds += time.perf_counter() - start
 
 
 def prepare_one(entry: HostEntry, known: KnownHosts, quick: bool, timeout_s: float, report: Callable) -> HostRun:
