@@ -323,8 +323,9 @@ def test_together_probe_runs_each_benchmark_only_after_go_and_quits_on_eof() -> 
         stages.append(line["ready"])
         proc.stdin.write((GO_LINE + "\n").encode())
         proc.stdin.flush()
-    assert stages == ["start", "memory", "decode"]
-    assert [d["kind"] for d in line["devices"]] == ["cpu"] and line["devices"][0]["decode_steps_per_s"] > 0
+    assert stages == ["start", "memory", "decode", "forward"]
+    [device] = line["devices"]
+    assert device["kind"] == "cpu" and device["decode_steps_per_s"] > 0 and device["forward_tokens_per_s"] > 0
     rest, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and rest == b"", err.decode()
 

@@ -198,9 +198,22 @@ print(max(decode_steps_per_s(torch, 0.2) for _ in range(3)))
 """
 
 
+UNCAPPED_FORWARD = """
+import torch
+from hetrl_cli.profiling.probe import forward_tokens_per_s
+torch.set_num_threads(1)
+print(max(forward_tokens_per_s(torch, 4) for _ in range(3)))
+"""
+
+
 def uncapped_decode_steps_per_s() -> float:
     """The probe's decode-loop rate in one uncapped process (the best of three medians)."""
     return _python_number(UNCAPPED_DECODE)
+
+
+def uncapped_forward_tokens_per_s() -> float:
+    """The probe's forward-pass rate in one uncapped single-thread process (the best of three runs)."""
+    return _python_number(UNCAPPED_FORWARD)
 
 
 def _python_number(script: str) -> float:
@@ -221,7 +234,8 @@ def test_hetrl_profile_sees_the_slow_hosts_and_the_slow_link(
 ) -> None:
     """The issue's check, through the real CLI with quick probes:
     - cores: exactly the configured shares (the probe reads the cgroup quota);
-    - GFLOP/s and decode steps/s: each capped host measures at most 1.5 × its share of one uncapped core's.
+    - GFLOP/s, decode steps/s and forward tokens/s: each capped host measures at most 1.5 × its share of one
+      uncapped core's.
       The cap is an upper bound the kernel enforces; other load only lowers a measurement, so a lower bound
       or the order of close hosts would be flaky on a shared 2-core machine (the three probes alone want
       1.75 cores);
@@ -229,6 +243,7 @@ def test_hetrl_profile_sees_the_slow_hosts_and_the_slow_link(
       from links.yaml; the east pair measures ≥ 10× faster with a sub-millisecond latency."""
     peak = single_core_peak_gflops()
     decode_peak = uncapped_decode_steps_per_s()
+    forward_peak = uncapped_forward_tokens_per_s()
     out = tmp_path / "emu.json"
     done = hetrl(
         "profile", cluster.hosts_file, "--known-hosts", cluster.known_hosts, "--links", cluster.links_file,
@@ -245,6 +260,8 @@ def test_hetrl_profile_sees_the_slow_hosts_and_the_slow_link(
         assert 0 < gflops[h.name] <= bound, f"{h.name}: {gflops[h.name]:.1f} GFLOP/s > {bound:.1f} (peak {peak:.1f})"
         rate, rate_bound = devices[h.name]["decode_steps_per_s"], CAP_TOLERANCE * min(h.cpu, 1.0) * decode_peak
         assert 0 < rate <= rate_bound, f"{h.name}: {rate:.1f} decode steps/s > {rate_bound:.1f} ({decode_peak:.1f})"
+        tokens, tokens_bound = devices[h.name]["forward_tokens_per_s"], CAP_TOLERANCE * min(h.cpu, 1.0) * forward_peak
+        assert 0 < tokens <= tokens_bound, f"{h.name}: {tokens:.0f} tokens/s > {tokens_bound:.0f} ({forward_peak:.0f})"
     links: dict[frozenset[str], list[dict]] = {}
     for lk in profile["links"]:
         links.setdefault(frozenset((by_address[lk["a"]].region, by_address[lk["b"]].region)), []).append(lk)

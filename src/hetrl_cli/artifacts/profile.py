@@ -45,6 +45,9 @@ class Device(Strict):
     decode_steps_per_s: float | None = Field(default=None, gt=0)
     """A CPU device's rate on the profiler's toy decode loop (probe.decode_steps_per_s): how fast generation's
     per-step host work runs there; None where not measured (GPUs, catalog profiles, older profiles)."""
+    forward_tokens_per_s: float | None = Field(default=None, gt=0)
+    """A CPU device's rate on the profiler's toy full-sequence forward pass (probe.forward_tokens_per_s): how
+    fast small-model passes run there relative to other CPU devices; None where not measured."""
 
     def tflops(self, dtype: str) -> float:
         """Achievable TFLOP/s for `dtype`: measured if we have it, else peak, else fp32 figures."""

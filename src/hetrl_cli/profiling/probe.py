@@ -1,9 +1,9 @@
 """The probe: runs ON a host (`python -m hetrl_cli.profiling.probe`) and prints one JSON object on stdout.
 
 It reports the host's devices with short microbenchmarks (CUDA GPUs: dense bf16 matmul TFLOP/s, device
-memory GB/s, GPU↔GPU copy bandwidth; a CPU-only host: fp32 matmul, memory copy GB/s, usable cores) and its
-software inventory. Nothing but that JSON reaches stdout: everything else (library warnings, C-level
-prints) is sent to stderr, because the launcher parses stdout.
+memory GB/s, GPU↔GPU copy bandwidth; a CPU-only host: fp32 matmul, memory copy GB/s, usable cores and a toy
+transformer's decode and forward rates) and its software inventory. Nothing but that JSON reaches stdout:
+everything else (library warnings, C-level prints) is sent to stderr, because the launcher parses stdout.
 
 `--quick` (or HETRL_PROBE_QUICK=1) shrinks the benchmarks to a fraction of a second; tests use it, the
 code path is the same.
@@ -64,10 +64,12 @@ class Budget:
     """Time spent per timed benchmark (after one warm-up)."""
     decode_calls: int
     """Generations of the decode probe (fixed work: decode_steps_per_s)."""
+    forward_calls: int
+    """Passes of the forward probe (fixed work: forward_tokens_per_s)."""
 
 
-FULL = Budget(2048, 8192, 256 << 20, 1 << 30, 256 << 20, 1.0, 40)
-QUICK = Budget(512, 2048, 32 << 20, 64 << 20, 32 << 20, 0.1, 8)
+FULL = Budget(2048, 8192, 256 << 20, 1 << 30, 256 << 20, 1.0, 40, 40)
+QUICK = Budget(512, 2048, 32 << 20, 64 << 20, 32 << 20, 0.1, 8, 4)
 
 
 # ---- cores, memory, disk -------------------------------------------------------------------------------
@@ -248,6 +250,34 @@ DECODE_PROBE_WINDOWS = 3
 other hosts probed too, once measured 96 decode steps/s where six alone gave 150-172."""
 
 
+def _probe_transformer(torch: Any) -> Callable[[Any, list[Any]], Any]:
+    """The decode and forward probes' toy transformer (DECODE_PROBE sizes, fixed seed): a function of
+    (hidden states, per-layer KV cache list) to the last layer's hidden states, caching keys and values."""
+    cfg = DECODE_PROBE
+    hidden = cfg["hidden"]
+    gen = torch.Generator().manual_seed(0)
+
+    def rand(*shape: int) -> Any:
+        return torch.randn(*shape, generator=gen) / shape[0] ** 0.5
+
+    layers = [(rand(hidden, 3 * hidden), rand(hidden, hidden), rand(hidden, 4 * hidden), rand(4 * hidden, hidden))
+              for _ in range(cfg["layers"])]  # fmt: skip
+    functional = torch.nn.functional
+
+    def forward(h: Any, cache: list[Any]) -> Any:
+        for i, (qkv, out, up, down) in enumerate(layers):
+            q, k, v = (h @ qkv).chunk(3, dim=-1)
+            if cache[i] is not None:
+                k, v = torch.cat([cache[i][0], k], 1), torch.cat([cache[i][1], v], 1)
+            cache[i] = (k, v)
+            attn = torch.softmax(q @ k.transpose(1, 2) / hidden**0.5, dim=-1) @ v
+            h = functional.layer_norm(h + attn @ out, (hidden,))
+            h = functional.layer_norm(h + functional.silu(h @ up) @ down, (hidden,))
+        return h
+
+    return forward
+
+
 def decode_steps_per_s(
     torch: Any | None, seconds: float, sustained: bool = False, calls: int | None = None
 ) -> float | None:
@@ -261,31 +291,16 @@ def decode_steps_per_s(
     if torch is None:
         return None
     cfg = DECODE_PROBE
-    hidden, vocab = cfg["hidden"], cfg["vocab"]
-    gen = torch.Generator().manual_seed(0)
-
-    def rand(*shape: int) -> Any:
-        return torch.randn(*shape, generator=gen) / shape[0] ** 0.5
-
-    layers = [(rand(hidden, 3 * hidden), rand(hidden, hidden), rand(hidden, 4 * hidden), rand(4 * hidden, hidden))
-              for _ in range(cfg["layers"])]  # fmt: skip
-    embed = rand(vocab, hidden)
-    functional = torch.nn.functional
+    vocab = cfg["vocab"]
+    forward = _probe_transformer(torch)
+    gen = torch.Generator().manual_seed(1)
+    embed = torch.randn(vocab, cfg["hidden"], generator=gen) / vocab**0.5
 
     def generate() -> None:
         x = embed[torch.randint(0, vocab, (cfg["batch"], cfg["prompt"]), generator=gen)]
-        cache: list[Any] = [None] * len(layers)
+        cache: list[Any] = [None] * cfg["layers"]
         for _ in range(cfg["steps"] + 1):
-            h = x
-            for i, (qkv, out, up, down) in enumerate(layers):
-                q, k, v = (h @ qkv).chunk(3, dim=-1)
-                if cache[i] is not None:
-                    k, v = torch.cat([cache[i][0], k], 1), torch.cat([cache[i][1], v], 1)
-                cache[i] = (k, v)
-                attn = torch.softmax(q @ k.transpose(1, 2) / hidden**0.5, dim=-1) @ v
-                h = functional.layer_norm(h + attn @ out, (hidden,))
-                h = functional.layer_norm(h + functional.silu(h @ up) @ down, (hidden,))
-            probs = torch.softmax(h[:, -1] @ embed.T, dim=-1)
+            probs = torch.softmax(forward(x, cache)[:, -1] @ embed.T, dim=-1)
             x = embed[torch.multinomial(probs, 1, generator=gen)]
 
     window = QUOTA_WINDOW_S if sustained else min(seconds, QUOTA_WINDOW_S)
@@ -302,9 +317,32 @@ def decode_steps_per_s(
         torch.set_num_threads(threads)
 
 
+FORWARD_PROBE_SEQUENCES = 16
+"""Sequences per pass of the forward probe (of DECODE_PROBE's prompt + steps tokens each): a reference or
+critic-inference pass of one emulated-suite step's batch."""
+
+
+def forward_tokens_per_s(torch: Any | None, calls: int) -> float | None:
+    """Tokens per second of full-sequence forward passes (no cache reuse, like reference and critic inference
+    and training's forward) of the decode probe's toy transformer, FORWARD_PROBE_SEQUENCES at a time, over
+    `calls` passes (fixed work) on the threads the process has. A pass of a small model is many small GEMMs
+    and elementwise ops; under a cgroup CPU quota on a shared machine it can run slower relative to other
+    hosts than the large matmul probe says (docs/profile.md), and where the profile has this rate the cost
+    model takes its ratios between CPU devices for their compute rates. None without torch."""
+    if torch is None:
+        return None
+    cfg = DECODE_PROBE
+    tokens = cfg["prompt"] + cfg["steps"]
+    forward = _probe_transformer(torch)
+    x = torch.randn(FORWARD_PROBE_SEQUENCES, tokens, cfg["hidden"], generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        seconds = _timed_loop(lambda: forward(x, [None] * cfg["layers"]), 0.0, sustained=True, count=calls)
+    return FORWARD_PROBE_SEQUENCES * tokens / seconds
+
+
 def cpu_device(torch: Any | None, budget: Budget, cores: float, ready: Ready = no_barrier) -> dict[str, Any]:
     """One CPU device; under a binding cgroup quota its rates are sustained ones over >= QUOTA_WINDOW_S.
-    `ready(stage)` before the second and third benchmark: see `probe`."""
+    `ready(stage)` before each benchmark after the first: see `probe`."""
     if torch is not None:
         torch.set_num_threads(max(1, math.ceil(cores)))
     sustained = cpu_quota_binds()
@@ -314,6 +352,8 @@ def cpu_device(torch: Any | None, budget: Budget, cores: float, ready: Ready = n
     gbps = cpu_memory_gbps(budget.copy_bytes_cpu, seconds, sustained)
     ready("decode")
     decode = decode_steps_per_s(torch, 0.0, calls=budget.decode_calls)  # fixed work: no window, always sustained
+    ready("forward")
+    forward = forward_tokens_per_s(torch, budget.forward_calls)
     return {
         "index": 0,
         "kind": "cpu",
@@ -323,6 +363,7 @@ def cpu_device(torch: Any | None, budget: Budget, cores: float, ready: Ready = n
         "memory_gbps": round(gbps, 3),
         "cores": cores,
         "decode_steps_per_s": _rounded(decode),
+        "forward_tokens_per_s": _rounded(forward),
     }
 
 

@@ -70,11 +70,14 @@ def _device_text(devices: list[Device]) -> str:
     return ", ".join(f"{count}× {name}" for name, count in names.items()) or "-"
 
 
+HOST_COLUMNS = ("host", "region", "devices", "memory", "compute", "mem BW", "cores", "decode", "forward", "intra-host")
+
+
 def hosts_table(profile: ClusterProfile) -> Table:
     table = Table(
         title=f"{profile.name}: {len(profile.hosts)} hosts, {len(profile.devices)} devices", title_justify="left"
     )
-    for column in ("host", "region", "devices", "memory", "compute", "mem BW", "cores", "decode", "intra-host"):
+    for column in HOST_COLUMNS:
         table.add_column(column, overflow="fold")
     by_host: dict[str, list[Device]] = {h.name: [] for h in profile.hosts}
     for device in profile.devices:
@@ -87,7 +90,8 @@ def hosts_table(profile: ClusterProfile) -> Table:
 def _host_row(host: Host, devices: list[Device]) -> list[str]:
     if host.status == "missing":
         reason = escape(host.error or "not profiled")
-        return [f"[red]{escape(host.name)}[/]", host.region, f"[red]missing: {reason}[/]"] + [""] * 6
+        row = [f"[red]{escape(host.name)}[/]", host.region, f"[red]missing: {reason}[/]"]
+        return row + [""] * (len(HOST_COLUMNS) - len(row))
     first = devices[0] if devices else None
     cores = first.cores if first and first.cores is not None else host.cpu_count
     return [
@@ -99,6 +103,7 @@ def _host_row(host: Host, devices: list[Device]) -> list[str]:
         f"{first.memory_gbps:.3g} GB/s" if first else "-",
         f"{cores:g}" if cores is not None else "-",
         f"{first.decode_steps_per_s:.0f} steps/s" if first and first.decode_steps_per_s else "-",
+        f"{first.forward_tokens_per_s / 1e3:.1f}k tokens/s" if first and first.forward_tokens_per_s else "-",
         _intra_text(host.intra_link),
     ]
 
