@@ -467,6 +467,35 @@ def test_generation_host_work_runs_at_the_measured_decode_rate() -> None:
         assert cm.overhead_scale(["fast/0", "slow/0"], task) == factor
 
 
+def test_cpu_compute_rates_follow_the_measured_forward_rates() -> None:
+    """Where the profile measured forward_tokens_per_s on CPU devices, the fastest-measured one keeps its
+    matmul figure and the others take its figure times their rate's ratio (a host at a fifth of the rate gets a
+    fifth of the FLOP/s whatever its own matmul said); unmeasured devices keep their own figure, and the cost
+    model's compute time and the planner's class speed follow."""
+    from hetrl_cli.artifacts.profile import ClusterProfile, Device, Host, Link
+    from hetrl_cli.costmodel.model import compute_tflops
+    from hetrl_cli.planner.space import device_classes
+
+    def cpu(host: str, tflops: float, rate: float | None) -> Device:
+        return Device(id=f"{host}/0", host=host, index=0, kind="cpu", name="CPU", memory_bytes=8 * 10**9,
+                      measured_tflops={"fp32": tflops}, memory_gbps=10.0, cores=1.0,
+                      forward_tokens_per_s=rate)  # fmt: skip
+
+    devices = [cpu("fast", 0.2, 20000.0), cpu("slow", 0.05, 4000.0), cpu("other", 0.03, None)]
+    assert compute_tflops(devices, "fp32") == pytest.approx({"fast/0": 0.2, "slow/0": 0.04, "other/0": 0.03})
+    assert compute_tflops(devices[:1], "bf16") == {"fast/0": 0.2}  # the fp32 figure stands in, as Device.tflops
+    prof = ClusterProfile(
+        name="forward", created_at="2026-12-05T00:00:00Z", method="catalog",
+        hosts=[Host(name="fast", address="10.0.0.1"), Host(name="slow", address="10.0.0.2")],
+        devices=devices[:2], links=[Link(a="fast", b="slow", bandwidth_Bps=1e9, latency_s=1e-4)],
+    ).with_fingerprint()  # fmt: skip
+    w = Workload(actor={"arch": "tiny"}, precision="fp32", max_prompt_tokens=16, max_response_tokens=16)
+    cm = CostModel(prof, w)
+    fast, slow = (cm.task(dp_placement("reference", [d])) for d in ("fast/0", "slow/0"))
+    assert slow.terms["compute"] == pytest.approx(5 * fast.terms["compute"])
+    assert [c.speed_tflops for c in device_classes(prof, "fp32")] == pytest.approx([0.2, 0.04])
+
+
 def test_calibration_scales_device_and_link(mixed_profile, grpo_small) -> None:
     p = dp_placement("actor_train", ["a0/0", "a1/0"])
     base = CostModel(mixed_profile, grpo_small).task(p)

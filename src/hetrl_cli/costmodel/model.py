@@ -218,6 +218,27 @@ def decode_slowdowns(devices) -> dict[str, float]:
     return out
 
 
+def compute_tflops(devices, dtype: str) -> dict[str, float]:
+    """Each device's TFLOP/s at `dtype` (0 where the profile has no figure). Where the profile measured
+    forward_tokens_per_s on CPU devices, their rates set the ratios: the fastest-measured device keeps its
+    matmul figure and every other measured one is slower by its rate's ratio to it (a small model's passes
+    under a cgroup quota on a shared machine can scale unlike the large matmul probe: docs/costmodel.md),
+    like decode_slowdowns does for generation's host work."""
+
+    def own(device) -> float:
+        try:
+            return device.tflops(dtype)
+        except KeyError:
+            return 0.0
+
+    out = {d.id: own(d) for d in devices}
+    measured = [d for d in devices if d.kind == "cpu" and d.forward_tokens_per_s and out[d.id]]
+    anchor = max(measured, key=lambda d: d.forward_tokens_per_s, default=None)
+    for d in measured:
+        out[d.id] = out[anchor.id] * d.forward_tokens_per_s / anchor.forward_tokens_per_s
+    return out
+
+
 def _stage_parts(
     per_stage, mb_tok: float, mult: float, msg: float, passes
 ) -> list[tuple[float, float, float, float, float, float]]:
@@ -285,14 +306,12 @@ class CostModel:
         self.classes: list[_DevClass] = []
         index: dict[tuple[str, str, float, float], int] = {}
         decode = decode_slowdowns(self.profile.devices)
+        tflops = compute_tflops(self.profile.devices, dtype)
         for d in self.profile.devices:
             key = (d.host, d.name, host_slowdown(d), decode[d.id])
             if key not in index:
                 cal = dev_cal.get(d.name, {})
-                try:
-                    flops = d.tflops(dtype) * 1e12 * cal.get("compute", 1.0)
-                except KeyError:
-                    flops = 0.0
+                flops = tflops[d.id] * 1e12 * cal.get("compute", 1.0)
                 mem_Bps = d.memory_gbps * 1e9 * cal.get("memory", 1.0)
                 opt_Bps = mem_Bps * cal.get("optimizer", 1.0)
                 index[key] = len(self.classes)

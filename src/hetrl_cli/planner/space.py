@@ -24,6 +24,7 @@ from typing import Literal
 
 from hetrl_cli.artifacts.profile import ClusterProfile, Device
 from hetrl_cli.artifacts.workload import TaskName, Workload
+from hetrl_cli.costmodel.model import compute_tflops
 from hetrl_cli.costmodel.types import TaskPlacement
 
 Granularity = Literal["host", "half", "fine"]
@@ -78,6 +79,7 @@ def _spec(device: Device) -> tuple:
         device.memory_gbps,
         device.cores,
         device.decode_steps_per_s,
+        device.forward_tokens_per_s,
     )
 
 
@@ -153,10 +155,11 @@ def device_classes(profile: ClusterProfile, dtype: str = "bf16") -> list[DeviceC
                 break
         else:
             classes.append([key])
+    tflops = compute_tflops(profile.devices, dtype)
     result = []
     for members in classes:
         first = subhosts[members[0]][0]
-        speed = first.tflops(dtype) if (first.peak_tflops or first.measured_tflops) else 0.0
+        speed = tflops[first.id]
         result.append(
             (
                 -speed,
