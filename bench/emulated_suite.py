@@ -2,14 +2,15 @@
 
 As root: brings up examples/emulate-suite.yaml (fast 1.0 / mid 0.5 cores in east, slow 0.25 in west, 50 Mbit/s
 east-west) under its own name prefix, subnet and state dir so the tests' cluster can be up beside it; profiles
-it (`profile_hosts`, quick probes); builds a bigger random Qwen2 (examples/emulate-model.json) so a step takes
+it (`profile_hosts`, full probe budgets); builds a bigger random Qwen2 (examples/emulate-model.json) so a step takes
 seconds on the slow host; plans GRPO sync, GRPO async and PPO sync (examples/emulate-{grpo,ppo}.yaml) with the
 ilp solver, verl and streamrl, plus three hand-made layouts (>= 6 plans each); runs every plan for STEPS steps
 across the hosts, round-robin over plans, for as many rounds as the time budget allows; then cross-fits the
 calibration (plans in two folds, each predicted by the fit on the other fold; also each plan by the fit on all
 others) and reports step time, per-task error before/after and Spearman's rho of predicted vs measured step
-time. Before each run a short probe on the fast host's CPUs records the machine's speed, to tell the box's
-drift from the model's error.
+time; and the errors after calibration once more without each CPU probe rate the profile has (decode,
+forward), to show what each does. Before each run a short probe on the fast host's CPUs records the
+machine's speed, to tell the box's drift from the model's error.
 
     sudo .venv/bin/python bench/emulated_suite.py [--budget-min 25] [--steps 4] [--quick]
     → bench/results/emulated_suite.json (rewritten after every run; docs/benchmarks.md quotes it)
@@ -430,8 +431,14 @@ def scored_run(run_dir: str, plan: Plan, profile: ClusterProfile, warmup: int, f
     return validate_run(run_dir, warmup, scored=scored, predictions=label, write=False)
 
 
-def analyse(result: dict, profile: ClusterProfile) -> None:
-    """Per plan the median over rounds; cross-fitted calibration; errors before/after; speedups; Spearman."""
+PROBE_RATES = ("forward_tokens_per_s", "decode_steps_per_s")
+"""The profile's CPU probe rates whose part in the error the suite measures by analysing without each."""
+
+
+def analyse(result: dict, profile: ClusterProfile, ablate: bool = True) -> None:
+    """Per plan the median over rounds; cross-fitted calibration; errors before/after; speedups; Spearman.
+    With `ablate`, also the per-task errors after calibration on the same runs with each of PROBE_RATES that
+    the profile has left out of it (summary.without), to show what the rate does."""
     ok = [r for r in result["runs"] if r["status"] == "completed"]
     if not ok:
         return
@@ -504,9 +511,25 @@ def analyse(result: dict, profile: ClusterProfile) -> None:
         )
     result["merged"] = merged
     result["summary"] = summary
+    if ablate:
+        summary["without"] = {
+            field: analysed_without(result, profile, field)
+            for field in PROBE_RATES
+            if any(getattr(d, field) for d in profile.devices)
+        }
     result["calibrations"] = {
         f: {k: v for k, v in json.loads(c.model_dump_json()).items() if k != "residuals"} for f, c in fits.items()
     }
+
+
+def analysed_without(result: dict, profile: ClusterProfile, field: str) -> dict:
+    """Per task (and all tasks) the errors after calibration of the same runs, analysed on `profile` with the
+    device field `field` unset (the cost model then falls back to what it does without the measurement)."""
+    devices = [d.model_copy(update={field: None}) for d in profile.devices]
+    other = {k: v for k, v in result.items() if k not in ("rows", "merged", "summary", "folds", "calibrations")}
+    analyse(other, profile.model_copy(update={"devices": devices}), ablate=False)
+    s = other["summary"]
+    return {"per_task": {t: e["after"] for t, e in s["per_task"].items()}, "all_tasks": s["all_tasks"]["after"]}
 
 
 def plan_calibrated(result: dict, profile: ClusterProfile, budget_s: float) -> dict:
@@ -672,6 +695,13 @@ def markdown(result: dict) -> str:
             f"{_pct(i.get('median_abs_error'))}, {_pct(i.get('p90_abs_error'))} | "
             f"{_pct(f.get('median_abs_error'))}, {_pct(f.get('p90_abs_error'))} |"
         )
+    for field, w in s.get("without", {}).items():
+        cells = ", ".join(
+            f"{t} {_pct(e['median_abs_error'])} / {_pct(e['p90_abs_error'])}" for t, e in w["per_task"].items()
+        )
+        lines += ["", f"Same runs analysed without the profile's `{field}`, after calibration, median / p90: "
+                  f"{cells}; all tasks {_pct(w['all_tasks']['median_abs_error'])} / "
+                  f"{_pct(w['all_tasks']['p90_abs_error'])}."]  # fmt: skip
     drift = s.get("round_drift")
     if drift:
         lines += ["", f"Round 0 / round 1 measured seconds, median over {drift['n']} (workload, plan, task): "
