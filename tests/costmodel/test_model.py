@@ -439,26 +439,38 @@ def test_per_step_overheads_run_at_the_host_core_share() -> None:
     )
 
 
+def _cpu_device(host: str, cores: float = 1.0, tflops: float = 0.05, **rates: float | None):
+    """A profiled CPU device `host/0` (rates: decode_steps_per_s, forward_tokens_per_s)."""
+    from hetrl_cli.artifacts.profile import Device
+
+    return Device(id=f"{host}/0", host=host, index=0, kind="cpu", name="CPU", memory_bytes=8 * 10**9,
+                  measured_tflops={"fp32": tflops}, memory_gbps=10.0, cores=cores, **rates)  # fmt: skip
+
+
+def _fast_slow_profile(devices):
+    """A catalog profile of hosts `fast` and `slow` (one device each, `devices`) on a 1 GB/s link."""
+    from hetrl_cli.artifacts.profile import ClusterProfile, Host, Link
+
+    return ClusterProfile(
+        name="fast-slow", created_at="2026-12-04T00:00:00Z", method="catalog",
+        hosts=[Host(name="fast", address="10.0.0.1"), Host(name="slow", address="10.0.0.2")],
+        devices=devices, links=[Link(a="fast", b="slow", bandwidth_Bps=1e9, latency_s=1e-4)],
+    ).with_fingerprint()  # fmt: skip
+
+
 def test_generation_host_work_runs_at_the_measured_decode_rate() -> None:
     """Where the profile measured decode_steps_per_s, generation's per-step host work (the built-in decode-step
     overhead and the calibrated fixed overhead) scales by the rates' ratio to the fastest-measured host (a
     quarter-core host at a fifth of its rate: 5×); other tasks' overheads keep the core share's 4×."""
-    from hetrl_cli.artifacts.profile import ClusterProfile, Device, Host, Link
     from hetrl_cli.costmodel.model import decode_slowdowns
 
-    def cpu(host: str, cores: float, rate: float | None) -> Device:
-        return Device(id=f"{host}/0", host=host, index=0, kind="cpu", name="CPU", memory_bytes=8 * 10**9,
-                      measured_tflops={"fp32": 0.05}, memory_gbps=10.0, cores=cores,
-                      decode_steps_per_s=rate)  # fmt: skip
+    def cpu(host: str, cores: float, rate: float | None):
+        return _cpu_device(host, cores, decode_steps_per_s=rate)
 
     devices = [cpu("fast", 1.0, 30.0), cpu("slow", 0.25, 6.0), cpu("mid", 0.5, None)]
     assert decode_slowdowns(devices) == pytest.approx({"fast/0": 1.0, "slow/0": 5.0, "mid/0": 2.0})
     assert decode_slowdowns([cpu("a", 0.5, 10.0), cpu("b", 0.5, 10.0)]) == {"a/0": 2.0, "b/0": 2.0}
-    prof = ClusterProfile(
-        name="decode", created_at="2026-12-04T00:00:00Z", method="catalog",
-        hosts=[Host(name="fast", address="10.0.0.1"), Host(name="slow", address="10.0.0.2")],
-        devices=devices[:2], links=[Link(a="fast", b="slow", bandwidth_Bps=1e9, latency_s=1e-4)],
-    ).with_fingerprint()  # fmt: skip
+    prof = _fast_slow_profile(devices[:2])
     w = Workload(actor={"arch": "tiny"}, precision="fp32", max_prompt_tokens=16, max_response_tokens=16)
     cm = CostModel(prof, w, {"task_overhead_s": {"generation": 0.1, "reference": 0.01}})
     for task, factor in (("generation", 5.0), ("reference", 4.0)):
@@ -472,23 +484,16 @@ def test_cpu_compute_rates_follow_the_measured_forward_rates() -> None:
     matmul figure and the others take its figure times their rate's ratio (a host at a fifth of the rate gets a
     fifth of the FLOP/s whatever its own matmul said); unmeasured devices keep their own figure, and the cost
     model's compute time and the planner's class speed follow."""
-    from hetrl_cli.artifacts.profile import ClusterProfile, Device, Host, Link
     from hetrl_cli.costmodel.model import compute_tflops
     from hetrl_cli.planner.space import device_classes
 
-    def cpu(host: str, tflops: float, rate: float | None) -> Device:
-        return Device(id=f"{host}/0", host=host, index=0, kind="cpu", name="CPU", memory_bytes=8 * 10**9,
-                      measured_tflops={"fp32": tflops}, memory_gbps=10.0, cores=1.0,
-                      forward_tokens_per_s=rate)  # fmt: skip
+    def cpu(host: str, tflops: float, rate: float | None):
+        return _cpu_device(host, tflops=tflops, forward_tokens_per_s=rate)
 
     devices = [cpu("fast", 0.2, 20000.0), cpu("slow", 0.05, 4000.0), cpu("other", 0.03, None)]
     assert compute_tflops(devices, "fp32") == pytest.approx({"fast/0": 0.2, "slow/0": 0.04, "other/0": 0.03})
     assert compute_tflops(devices[:1], "bf16") == {"fast/0": 0.2}  # the fp32 figure stands in, as Device.tflops
-    prof = ClusterProfile(
-        name="forward", created_at="2026-12-05T00:00:00Z", method="catalog",
-        hosts=[Host(name="fast", address="10.0.0.1"), Host(name="slow", address="10.0.0.2")],
-        devices=devices[:2], links=[Link(a="fast", b="slow", bandwidth_Bps=1e9, latency_s=1e-4)],
-    ).with_fingerprint()  # fmt: skip
+    prof = _fast_slow_profile(devices[:2])
     w = Workload(actor={"arch": "tiny"}, precision="fp32", max_prompt_tokens=16, max_response_tokens=16)
     cm = CostModel(prof, w)
     fast, slow = (cm.task(dp_placement("reference", [d])) for d in ("fast/0", "slow/0"))
