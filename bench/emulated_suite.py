@@ -526,7 +526,7 @@ def analysed_without(result: dict, profile: ClusterProfile, field: str) -> dict:
     """Per task (and all tasks) the errors after calibration of the same runs, analysed on `profile` with the
     device field `field` unset (the cost model then falls back to what it does without the measurement)."""
     devices = [d.model_copy(update={field: None}) for d in profile.devices]
-    other = {k: v for k, v in result.items() if k not in ("rows", "merged", "summary", "folds", "calibrations")}
+    other = dict(result)  # analyse only reads the runs and sets its own keys: the recorded ones stay as they are
     analyse(other, profile.model_copy(update={"devices": devices}), ablate=False)
     s = other["summary"]
     return {"per_task": {t: e["after"] for t, e in s["per_task"].items()}, "all_tasks": s["all_tasks"]["after"]}

@@ -190,30 +190,18 @@ CAP_TOLERANCE = 1.5
 """A capped host measures at most 1.5 × its share of the uncapped single-core peak (measured: ~1.0 ×)."""
 
 
-UNCAPPED_DECODE = """
+UNCAPPED_RATE = """
 import torch
-from hetrl_cli.profiling.probe import decode_steps_per_s
+from hetrl_cli.profiling import probe
 torch.set_num_threads(1)
-print(max(decode_steps_per_s(torch, 0.2) for _ in range(3)))
+print(max(probe.{call} for _ in range(3)))
 """
 
 
-UNCAPPED_FORWARD = """
-import torch
-from hetrl_cli.profiling.probe import forward_tokens_per_s
-torch.set_num_threads(1)
-print(max(forward_tokens_per_s(torch, 4) for _ in range(3)))
-"""
-
-
-def uncapped_decode_steps_per_s() -> float:
-    """The probe's decode-loop rate in one uncapped process (the best of three medians)."""
-    return _python_number(UNCAPPED_DECODE)
-
-
-def uncapped_forward_tokens_per_s() -> float:
-    """The probe's forward-pass rate in one uncapped single-thread process (the best of three runs)."""
-    return _python_number(UNCAPPED_FORWARD)
+def uncapped_rate(call: str) -> float:
+    """A probe rate (`call` on hetrl_cli.profiling.probe, e.g. "decode_steps_per_s(torch, 0.2)") in one
+    uncapped single-thread process: the best of three runs."""
+    return _python_number(UNCAPPED_RATE.format(call=call))
 
 
 def _python_number(script: str) -> float:
@@ -242,8 +230,8 @@ def test_hetrl_profile_sees_the_slow_hosts_and_the_slow_link(
     - links: the two east <-> west pairs measure within ±30 % of 50 Mbit/s and carry the spec's 20 ms latency
       from links.yaml; the east pair measures ≥ 10× faster with a sub-millisecond latency."""
     peak = single_core_peak_gflops()
-    decode_peak = uncapped_decode_steps_per_s()
-    forward_peak = uncapped_forward_tokens_per_s()
+    decode_peak = uncapped_rate("decode_steps_per_s(torch, 0.2)")
+    forward_peak = uncapped_rate("forward_tokens_per_s(torch, 4)")
     out = tmp_path / "emu.json"
     done = hetrl(
         "profile", cluster.hosts_file, "--known-hosts", cluster.known_hosts, "--links", cluster.links_file,

@@ -296,12 +296,12 @@ def probe_stage(run: HostRun, timeout_s: float, report: Callable) -> None:
 
 
 def probe_together(runs: list[HostRun], pool: ThreadPoolExecutor, timeout_s: float, report: Callable) -> None:
-    """Run the probes' benchmarks in lockstep: each stage (CPU hosts: matmul, memory copy, decode) starts on
-    every waiting host at one `go`, and the next waits for all of them. Hosts that share physical CPUs (an
-    emulated cluster, VMs on one box) are then measured as a plan's phases load them: all start a task
-    together and the faster ones finish first. Probed as each got ready, a slow host ran its last benchmarks
-    beside whatever the others had reached, and its rate ratios scattered more (docs/profile.md). On
-    separate machines the barriers only make every host wait for the slowest."""
+    """Run the probes' benchmarks in lockstep: each stage (CPU hosts: matmul, memory copy, decode, forward;
+    probe.cpu_device) starts on every waiting host at one `go`, and the next waits for all of them. Hosts
+    that share physical CPUs (an emulated cluster, VMs on one box) are then measured as a plan's phases load
+    them: all start a task together and the faster ones finish first. Probed as each got ready, a slow host
+    ran its last benchmarks beside whatever the others had reached, and its rate ratios scattered more
+    (docs/profile.md). On separate machines the barriers only make every host wait for the slowest."""
     waiting = [r for r in runs if r.probe is not None]
     try:
         while waiting:
