@@ -54,3 +54,10 @@ def test_step_batches_are_deterministic_cover_each_epoch_and_wrap() -> None:
     assert step_records(records, 2, 2, seed=7) == step_records(records, 2, 2, seed=7)
     assert len(step_records(records, 4, 2, seed=7)) == 2  # second epoch
     assert toy_records(0, 8) == toy_records(0, 8)
+
+
+def test_the_workload_accepts_exactly_the_rules_the_runtime_has():
+    from hetrl_cli.artifacts.rl import REWARD_RULE_NAMES
+    from hetrl_cli.runtime.rewards import REWARD_RULES
+
+    assert tuple(REWARD_RULES) == REWARD_RULE_NAMES

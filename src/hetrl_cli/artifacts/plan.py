@@ -13,7 +13,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from hetrl_cli.artifacts.base import Artifact, Strict
-from hetrl_cli.artifacts.workload import TaskName, Workload
+from hetrl_cli.artifacts.rl import TaskName
+from hetrl_cli.artifacts.workload import Workload
 
 
 class Replica(Strict):

@@ -8,29 +8,17 @@ from typing import ClassVar, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from hetrl_cli.artifacts.base import Artifact, Strict
-from hetrl_cli.errors import BadInput
-
-Algorithm = Literal["ppo", "grpo"]
-Mode = Literal["sync", "async"]
-Role = Literal["actor", "critic", "reference", "reward"]
-TaskName = Literal["generation", "reference", "reward", "critic_inference", "actor_train", "critic_train"]
-
-ALL_TASKS: tuple[TaskName, ...] = (
-    "generation",
-    "reference",
-    "reward",
-    "critic_inference",
-    "actor_train",
-    "critic_train",
+from hetrl_cli.artifacts.rl import (  # noqa: F401  (ALL_TASKS, TASK_ROLE, TaskName: read from here by older imports)
+    ALGORITHMS,
+    ALL_TASKS,
+    TASK_ROLE,
+    Algorithm,
+    Mode,
+    Role,
+    TaskName,
+    check_rule_name,
 )
-TASK_ROLE: dict[TaskName, Role] = {
-    "generation": "actor",
-    "reference": "reference",
-    "reward": "reward",
-    "critic_inference": "critic",
-    "actor_train": "actor",
-    "critic_train": "critic",
-}
+from hetrl_cli.errors import BadInput
 
 
 class ModelSpec(Strict):
@@ -125,18 +113,20 @@ class Workload(Artifact):
     @field_validator("reward_rule")
     @classmethod
     def _check_reward_rule(cls, rule: str) -> str:
-        from hetrl_cli.runtime.rewards import check_rule_name
-
         return check_rule_name(rule)
 
     @model_validator(mode="after")
     def _check_roles(self) -> Workload:
-        if self.algorithm == "ppo" and self.critic is None:
-            raise ValueError("PPO needs a critic model: add 'critic: {arch: ...}'")
-        if self.algorithm == "grpo" and self.critic is not None:
-            raise ValueError("GRPO uses no critic: remove 'critic' or use algorithm 'ppo'")
-        if self.responses_per_prompt < 2 and self.algorithm == "grpo":
-            raise ValueError("GRPO normalises over a group: responses_per_prompt must be at least 2")
+        spec = ALGORITHMS[self.algorithm]
+        if spec.critic and self.critic is None:
+            raise ValueError(f"{self.algorithm.upper()} needs a critic model: add 'critic: {{arch: ...}}'")
+        if not spec.critic and self.critic is not None:
+            raise ValueError(f"{self.algorithm.upper()} uses no critic: remove 'critic' or use algorithm 'ppo'")
+        if self.responses_per_prompt < spec.min_group:
+            raise ValueError(
+                f"{self.algorithm.upper()} normalises over a group: responses_per_prompt must be at least "
+                f"{spec.min_group}"
+            )
         return self
 
     @property
@@ -145,11 +135,8 @@ class Workload(Artifact):
 
     @property
     def tasks(self) -> tuple[TaskName, ...]:
-        """The tasks this workload runs, in dependency order."""
-        skip: set[str] = set()
-        if self.algorithm == "grpo":
-            skip |= {"critic_inference", "critic_train"}
-        return tuple(t for t in ALL_TASKS if t not in skip)
+        """The tasks this workload runs, in dependency order (its algorithm's row in artifacts/rl.py)."""
+        return ALGORITHMS[self.algorithm].tasks
 
     def model_for(self, role: Role) -> ModelSpec | None:
         """The model of a role, resolving the reference default to the actor's architecture."""

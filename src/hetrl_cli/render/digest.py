@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from hetrl_cli.artifacts.plan import Plan, TaskPlan
 from hetrl_cli.artifacts.profile import ClusterProfile, Device
-from hetrl_cli.artifacts.workload import ALL_TASKS, Workload
+from hetrl_cli.artifacts.rl import ALL_TASKS
+from hetrl_cli.artifacts.workload import Workload
 
 IDLE = "·"
 """Marks a device no task of the plan runs on."""

@@ -171,3 +171,22 @@ def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip: float)
 
     clipped = old_values + (values - old_values).clamp(-clip, clip)
     return 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
+
+
+def group_advantages(scores: Tensor, old_logp, ref_logp, values, mask: Tensor, workload) -> tuple[Tensor, None]:
+    """GRPO's advantage: each sequence's score normalised in its prompt's group, on every response token; no
+    returns (no critic)."""
+    return grpo_advantages(scores, workload.responses_per_prompt).unsqueeze(1) * mask, None
+
+
+def gae_advantages(scores: Tensor, old_logp, ref_logp, values, mask: Tensor, workload) -> tuple[Tensor, Tensor]:
+    """PPO's advantage: GAE over per-token rewards (the score at the last token, a k1 KL penalty on each),
+    whitened; the returns are the critic's targets."""
+    rewards = token_rewards(scores, old_logp, ref_logp, mask, workload.rl.kl_coef)
+    advantages, returns = gae(rewards, values, mask, workload.rl.gamma, workload.rl.lam)
+    return whiten(advantages, mask), returns
+
+
+ADVANTAGES = {"group": group_advantages, "gae": gae_advantages}
+"""Advantage functions by artifacts/rl.AlgorithmSpec.advantage: (scores [n], old and reference log-probs
+[n, T], values [n, T] or None, mask [n, T], workload) -> (advantages [n, T], returns [n, T] or None)."""

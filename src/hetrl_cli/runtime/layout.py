@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetrl_cli.artifacts.plan import Plan, TaskPlan
-from hetrl_cli.artifacts.workload import ALL_TASKS
+from hetrl_cli.artifacts.rl import ALL_TASKS, TASK_ROLE, TRAIN_TASKS
 
 ZERO_KINDS = ("zero1", "zero2")
 """The workload `sharding` values the runtime executes across DP replicas (runtime/sharding.py); zero3 is refused."""
@@ -315,8 +315,6 @@ def supported(plan: Plan, engine: str = "hf") -> list[str]:
     return problems
 
 
-TRAIN_TASKS = ("actor_train", "critic_train")
-
 
 def _sharding_problems(plan: Plan) -> list[str]:
     """The workload's `sharding` against the training tasks' layouts. It only acts across DP replicas (dp > 1),
@@ -341,7 +339,6 @@ def _sharding_problems(plan: Plan) -> list[str]:
 
 def _model_fits(plan: Plan, task: TaskPlan) -> list[str]:
     """TP and layer-split checks for the built-in tiny model (an HF model directory is checked by the workers)."""
-    from hetrl_cli.artifacts.workload import TASK_ROLE
     from hetrl_cli.runtime.tinymodel import TINY_CONFIG
 
     spec = plan.workload.model_for(TASK_ROLE[task.task]) if task.task in TASK_ROLE else None

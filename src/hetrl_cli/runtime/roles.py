@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hetrl_cli.artifacts.rl import ALGORITHMS
 from hetrl_cli.runtime import algorithms as alg
 from hetrl_cli.runtime.engines import RolloutEngine, Sampling
 
@@ -270,7 +271,7 @@ class Actor:
         logp = alg.gather_logprobs(_at_positions(logits, batch), batch.response)
         pg, clipped = alg.policy_loss(logp, old, adv, self.rl.clip_eps)
         kl = alg.kl_k3(logp, ref)
-        loss = pg + self.rl.kl_coef * kl if self.algorithm == "grpo" else pg
+        loss = pg + self.rl.kl_coef * kl if ALGORITHMS[self.algorithm].kl == "loss" else pg
         mask = batch.mask
         return {
             "loss_sum": alg.masked_sum(loss, mask),

@@ -34,9 +34,10 @@ from typing import Any, TextIO
 
 from hetrl_cli.artifacts.io import load_artifact
 from hetrl_cli.artifacts.plan import Plan
+from hetrl_cli.artifacts.rl import ALGORITHMS, TRAIN_TASKS
 from hetrl_cli.runtime import algorithms as alg
 from hetrl_cli.runtime import comm, tracking
-from hetrl_cli.runtime.layout import TRAIN_TASKS, ZERO_KINDS, Layout, Position, split_device_id
+from hetrl_cli.runtime.layout import ZERO_KINDS, Layout, Position, split_device_id
 from hetrl_cli.runtime.roles import (
     Actor,
     Critic,
@@ -421,14 +422,9 @@ class Worker:
         scores = torch.tensor(exp["score"], dtype=torch.float32)
         old, ref = pad_rows(exp["old_logp"], steps), pad_rows(exp["ref_logp"], steps)
         total_tokens = float(mask.sum())
-        if wl.algorithm == "grpo":
-            advantages = alg.grpo_advantages(scores, wl.responses_per_prompt).unsqueeze(1) * mask
-            returns = values = None
-        else:
-            values = pad_rows(exp["values"], steps)
-            rewards = alg.token_rewards(scores, old, ref, mask, wl.rl.kl_coef)
-            advantages, returns = alg.gae(rewards, values, mask, wl.rl.gamma, wl.rl.lam)
-            advantages = alg.whiten(advantages, mask)
+        spec = ALGORITHMS[wl.algorithm]
+        values = pad_rows(exp["values"], steps) if spec.critic else None
+        advantages, returns = alg.ADVANTAGES[spec.advantage](scores, old, ref, values, mask, wl)
         report: dict[str, Any] = {}
         if self.rank == self.layout.rest_ranks[0]:
             lengths = [len(r.response_ids) for r in rollouts]
