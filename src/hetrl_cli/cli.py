@@ -282,7 +282,7 @@ def _calibration_factors(path: str | None, profile_fingerprint: str) -> dict | N
     """The cost-model dict of a calibration file (BadInput when it was made for another profile)."""
     if path is None:
         return None
-    from hetrl_cli.calibration.fit import load_calibration
+    from hetrl_cli.calibration.inputs import load_calibration
 
     return load_calibration(path, profile_fingerprint).factors()
 
@@ -353,7 +353,8 @@ def calibrate(
 ) -> None:
     """Fit the cost model's efficiency factors and fixed overheads from measured runs."""
     from hetrl_cli.artifacts.io import save_artifact
-    from hetrl_cli.calibration.fit import find_profile, fit_calibration
+    from hetrl_cli.calibration.fit import fit_calibration
+    from hetrl_cli.calibration.inputs import find_profile
     from hetrl_cli.calibration.validate import load_run
 
     runs = [(d.resolve().name, *load_run(d)) for d in run_dirs]
@@ -423,6 +424,7 @@ def run(
     On a terminal a live panel shows step, reward, per-task seconds and tokens/s."""
     from hetrl_cli.artifacts.io import load_artifact, save_artifact
     from hetrl_cli.artifacts.plan import Plan
+    from hetrl_cli.render.run import LiveView
     from hetrl_cli.runtime.api import RunOptions, run_plan
 
     options = RunOptions(
@@ -440,6 +442,7 @@ def run(
         ssh_timeout_s=parse_duration(ssh_timeout),
         tensorboard=not no_tensorboard,
         live=False if plain else None,
+        view=LiveView,
         allow_user_reward=allow_user_reward,
     )
     summary = run_plan(load_artifact(plan_file, Plan), options)

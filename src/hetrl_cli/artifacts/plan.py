@@ -175,3 +175,14 @@ class Plan(Artifact):
             if task.task == name:
                 return task
         raise KeyError(name)
+
+    def peak_memory(self) -> dict[str, int]:
+        """Peak bytes per device: the plan's own figure, else the max over the tasks that run there (what
+        `show` draws and what a run's measured peaks are compared with)."""
+        if self.memory_per_device:
+            return dict(self.memory_per_device)
+        peak: dict[str, int] = {}
+        for task in self.tasks:
+            for device_id, used in task.memory_bytes.items():
+                peak[device_id] = max(peak.get(device_id, 0), used)
+        return peak

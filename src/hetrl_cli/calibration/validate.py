@@ -154,7 +154,7 @@ def validate_run_calibrated(
     run_dir: str | Path, warmup: int, calibration_file: str, profile_file: str | None = None
 ) -> Validation:
     """Validate a run against its plan re-scored with a calibration (made for the plan's profile)."""
-    from hetrl_cli.calibration.fit import find_profile, load_calibration
+    from hetrl_cli.calibration.inputs import find_profile, load_calibration
     from hetrl_cli.costmodel.simulate import rescore
 
     plan, _ = load_run(run_dir)

@@ -339,20 +339,9 @@ def merge_lookalike_hosts(rows: list[HostRow]) -> list[HostRow]:
 # 3) Memory, staleness, bottleneck.
 
 
-def peak_memory(plan: Plan) -> dict[str, int]:
-    """Peak bytes per device: the plan's own figure, else the max over the tasks that run there."""
-    if plan.memory_per_device:
-        return dict(plan.memory_per_device)
-    peak: dict[str, int] = {}
-    for task in plan.tasks:
-        for device_id, used in task.memory_bytes.items():
-            peak[device_id] = max(peak.get(device_id, 0), used)
-    return peak
-
-
 def memory_view(plan: Plan, facts: dict[str, DeviceFacts]) -> MemoryView:
     """Fullest first (by fraction of capacity when known, else by bytes); per host when devices are many."""
-    peak = peak_memory(plan)
+    peak = plan.peak_memory()
     rows = [MemoryRow(d, 1, b, facts[d].capacity_bytes if d in facts else None) for d, b in peak.items()]
     per_host = len(rows) > MANY_DEVICES
     if per_host:

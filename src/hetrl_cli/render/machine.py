@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from hetrl_cli.render.compare import Comparison
-from hetrl_cli.render.digest import PlanDigest, natural_key, peak_memory, task_order, workload_line
+from hetrl_cli.render.digest import PlanDigest, natural_key, task_order, workload_line
 
 
 def plan_summary(d: PlanDigest) -> dict[str, Any]:
@@ -112,7 +112,7 @@ def _hosts(d: PlanDigest) -> list[dict[str, Any]]:
     for t in d.plan.tasks:
         for device_id in t.devices:
             tasks_on.setdefault(device_id, []).append(t.task)
-    peak = peak_memory(d.plan)
+    peak = d.plan.peak_memory()
     missing = set(d.stale.missing_devices) if d.stale else set()
     hosts: dict[str, dict[str, Any]] = {}
     for f in sorted(d.facts.values(), key=lambda f: (natural_key(f.host), f.index)):

@@ -12,10 +12,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from dataclasses import replace as _replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from hetrl_cli.artifacts.io import dump_artifact, load_artifact, save_artifact
 from hetrl_cli.artifacts.plan import Plan
@@ -61,8 +63,11 @@ class RunOptions:
     tensorboard: bool = True
     """Rank 0 logs every step to runs/ID/tensorboard/ when the tensorboard package is installed."""
     live: bool | None = False
-    """The rich live panel: None = when stdout and stderr are terminals (`hetrl run`); False = plain lines
+    """The live panel: None = when stdout and stderr are terminals (`hetrl run`); False = plain lines
     through `echo` (the default for library callers, which chose their own echo)."""
+    view: Callable[[Path, int], AbstractContextManager[Any]] | None = None
+    """Makes the live panel from (run directory, steps): a context manager with an `echo(line)` method. The CLI
+    passes render.run.LiveView; the runtime never imports render (it sits below it). None = plain lines."""
     allow_user_reward: bool = False
     """Let the workers import the workload's `module:function` reward (user code named by the plan file)."""
     echo: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
@@ -191,6 +196,8 @@ def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
 
 def wants_live(options: RunOptions) -> bool:
     """The live panel only where someone watches: both streams on a terminal (not piped, not in CI logs)."""
+    if options.view is None:
+        return False
     if options.live is not None:
         return options.live
     return sys.stdout.isatty() and sys.stderr.isatty()
@@ -202,9 +209,8 @@ def watching(run: RunDir, options: RunOptions) -> Iterator[Callable[[str], None]
     if not wants_live(options):
         yield options.echo
         return
-    from hetrl_cli.render.run import LiveView
-
-    with LiveView(run.root, options.steps) as view:
+    assert options.view is not None  # wants_live
+    with options.view(run.root, options.steps) as view:
         yield view.echo
 
 

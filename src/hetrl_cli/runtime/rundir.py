@@ -168,10 +168,8 @@ def measured_peaks(metrics: list[dict[str, Any]]) -> tuple[dict[str, dict[str, i
 
 def device_memory(plan: Plan, metrics: list[dict[str, Any]]) -> list[DeviceMemory]:
     """Predicted (the plan's largest TaskPlan.memory_bytes per device) vs measured peak, per device."""
-    from hetrl_cli.render.digest import peak_memory
-
     peaks, measures = measured_peaks(metrics)
-    predicted = peak_memory(plan)
+    predicted = plan.peak_memory()
     return [
         DeviceMemory(
             device=device,
