@@ -22,11 +22,9 @@ Residency between colocated tasks (what a group's device holds while *another* t
 
 from __future__ import annotations
 
-from hetrl_cli.artifacts.workload import TaskName, Workload
+from hetrl_cli.artifacts.rl import TRAIN_TASKS, TaskName
+from hetrl_cli.artifacts.workload import Workload
 from hetrl_cli.costmodel.architectures import DTYPE_BYTES
-
-TRAIN_TASKS: frozenset[str] = frozenset({"actor_train", "critic_train"})
-INFERENCE_TASKS: frozenset[str] = frozenset({"reference", "reward", "critic_inference"})
 
 
 def weight_bytes_per_param(workload: Workload) -> int:

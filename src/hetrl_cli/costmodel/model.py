@@ -25,7 +25,18 @@ from hetrl_cli.artifacts.plan import (
     TimelineEntry,
 )
 from hetrl_cli.artifacts.profile import ClusterProfile
-from hetrl_cli.artifacts.workload import TASK_ROLE, TaskName, Workload
+from hetrl_cli.artifacts.rl import (
+    ALL_TASKS,
+    HEAD,
+    PHASES,
+    SYNC_WORDS,
+    SYNCED,
+    TASK_ROLE,
+    TRAIN_TASKS,
+    TaskName,
+    sync_roles,
+)
+from hetrl_cli.artifacts.workload import Workload
 from hetrl_cli.costmodel import constants as C
 from hetrl_cli.costmodel.architectures import DTYPE_BYTES, TRAIN_FORWARD_MULTIPLE, ArchSpec, resolve
 from hetrl_cli.costmodel.comm import (
@@ -44,7 +55,6 @@ from hetrl_cli.costmodel.compose import (
     is_async_split,
 )
 from hetrl_cli.costmodel.memory import (
-    TRAIN_TASKS,
     grad_bytes_per_param,
     optimizer_bytes_per_param,
     optimizer_step_traffic_bytes_per_param,
@@ -52,43 +62,13 @@ from hetrl_cli.costmodel.memory import (
     weight_bytes_per_param,
     weights_resident,
 )
-from hetrl_cli.costmodel.types import PHASES, GroupPlacement, PlanEstimate, TaskEstimate, TaskPlacement
+from hetrl_cli.costmodel.types import GroupPlacement, PlanEstimate, TaskEstimate, TaskPlacement
 
 GB = 1e9
 BALANCE_ROUNDS = 4
 """Rate-proportional re-balancing rounds (forward tasks are ~linear in their share: one round suffices)."""
 BALANCE_TOLERANCE = 5e-3
 """Stop balancing when the replicas' times agree within this fraction (0.5 % of the iteration)."""
-HEAD: dict[str, str] = {
-    "generation": "lm",
-    "actor_train": "lm",
-    "reference": "lm",
-    "reward": "value",
-    "critic_inference": "value",
-    "critic_train": "value",
-}
-"""Output head per task: the actor and reference predict tokens; critic and reward model output a scalar."""
-SYNCED: dict[str, tuple[TaskName, TaskName]] = {
-    "actor": ("actor_train", "generation"),
-    "critic": ("critic_train", "critic_inference"),
-}
-"""Weight syncs by role: (the task that trains the weights, the task that runs inference with a copy)."""
-SYNC_WORDS = {"actor": "training → generation", "critic": "critic training → critic inference"}
-
-
-def sync_roles(group_of: dict[str, object]) -> list[tuple[str, bool]]:
-    """(role, apart) for each weight sync a plan runs, given each task's group: the actor's always (a local
-    reshard when its tasks share a group), the critic's only when critic_inference is in another group than
-    critic_train (in one group it runs on the trainer's own weights, as the runtime does)."""
-    out = []
-    for role, (train, infer) in SYNCED.items():
-        if train in group_of and infer in group_of:
-            apart = group_of[train] != group_of[infer]
-            if apart or role == "actor":
-                out.append((role, apart))
-    return out
-
-
 TERM_LABEL: dict[str, str] = {
     "compute": "compute",
     "memory": "memory traffic",
@@ -1764,8 +1744,6 @@ def _train_multiple(recompute: bool) -> float:
 
 def estimates_in_order(tasks: dict[str, TaskEstimate]) -> list[tuple[TaskName, TaskEstimate]]:
     """Task estimates in the workload's dependency order."""
-    from hetrl_cli.artifacts.workload import ALL_TASKS
-
     return [(t, tasks[t]) for t in ALL_TASKS if t in tasks]
 
 

@@ -9,15 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hetrl_cli.artifacts.plan import TaskCost, TimelineEntry
-from hetrl_cli.artifacts.workload import TaskName
-
-# Sync iteration = these phases in order; inside a phase, tasks of one group add up (they share devices)
-# and different groups run side by side (max). The ILP encodes exactly this composition.
-PHASES: tuple[tuple[TaskName, ...], ...] = (
-    ("generation",),
-    ("reference", "reward", "critic_inference"),
-    ("actor_train", "critic_train"),
-)
+from hetrl_cli.artifacts.rl import TaskName
 
 
 @dataclass(frozen=True)

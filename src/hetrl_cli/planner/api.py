@@ -229,10 +229,10 @@ def explain_task(tables, task, devices) -> str:
 
     The count is a true lower bound: the task's model states alone (weights; + grads and optimizer states
     for training), over the usable memory of the cluster's largest device."""
+    from hetrl_cli.artifacts.rl import TRAIN_TASKS
     from hetrl_cli.costmodel import constants
     from hetrl_cli.costmodel.architectures import resolve
     from hetrl_cli.costmodel.memory import (
-        TRAIN_TASKS,
         grad_bytes_per_param,
         optimizer_bytes_per_param,
         weight_bytes_per_param,

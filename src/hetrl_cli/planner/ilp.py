@@ -17,9 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from hetrl_cli.artifacts.rl import PHASES, SYNCED, sync_roles
 from hetrl_cli.artifacts.workload import TaskName
-from hetrl_cli.costmodel.model import SYNCED, sync_roles
-from hetrl_cli.costmodel.types import PHASES
 from hetrl_cli.planner.space import (
     GRANULARITIES,
     Granularity,

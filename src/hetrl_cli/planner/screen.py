@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hetrl_cli.artifacts.rl import PHASES
 from hetrl_cli.artifacts.workload import TaskName
-from hetrl_cli.costmodel.types import PHASES
 from hetrl_cli.planner.tables import PHASE_OF, PairSpec
 
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetrl_cli.artifacts.profile import ClusterProfile
+from hetrl_cli.artifacts.rl import PHASES, SYNCED, sync_roles
 from hetrl_cli.artifacts.workload import TASK_ROLE, TaskName, Workload
-from hetrl_cli.costmodel.model import SYNCED, sync_roles
-from hetrl_cli.costmodel.types import PHASES, GroupPlacement, TaskEstimate, TaskPlacement
+from hetrl_cli.costmodel.types import GroupPlacement, TaskEstimate, TaskPlacement
 from hetrl_cli.planner.space import (
     DeviceClass,
     Layout,
@@ -71,7 +71,7 @@ class PairSpec:
     nbytes: float = 0.0
     """Bytes moved (transfers); 0 for weight sync (the cost model knows the weight bytes)."""
     role: str | None = None
-    """Whose weights a weight sync moves (costmodel.model.SYNCED); None for a data transfer."""
+    """Whose weights a weight sync moves (artifacts.rl.SYNCED); None for a data transfer."""
     boundary: int = -1
     """Phase boundary a transfer crosses (0: after generation, 1: after inference); -1 for weight sync."""
 
