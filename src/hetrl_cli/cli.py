@@ -13,6 +13,7 @@ import typer
 
 from hetrl_cli import __version__
 from hetrl_cli.errors import BadInput, HetrlError
+from hetrl_cli.runtime.engines import AUTO_HELP, CHOICES
 
 app = typer.Typer(
     name="hetrl",
@@ -34,6 +35,8 @@ app = typer.Typer(
 _state = {"debug": False}
 # Kept here (not imported from the planner) so `hetrl plan --solver X` is checked before highspy loads.
 SOLVER_NAMES = ("auto", "ilp", "hybrid", "verl", "streamrl")
+ENGINE_CHOICES = " | ".join(CHOICES)
+"""`--engine` help, from the engine registry (runtime/engines: no torch or vllm at import)."""
 
 
 def _version(value: bool) -> None:
@@ -293,7 +296,7 @@ def validate(
     steps: Annotated[int, typer.Option("--steps", help="Steps to run (a plan only).")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", help="First steps left out of the medians.")] = 1,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run directory (default runs/PLAN-TIME).")] = None,
-    engine: Annotated[str, typer.Option("--engine", help="Rollout engine: hf | vllm | auto.")] = "auto",
+    engine: Annotated[str, typer.Option("--engine", help=f"Rollout engine: {ENGINE_CHOICES}.")] = "auto",
     calibration: Annotated[
         str | None, typer.Option("--calibration", help="Predict with this calibration (re-scores the plan).")
     ] = None,
@@ -385,7 +388,7 @@ def run(
     checkpoint_every: Annotated[
         int, typer.Option("--checkpoint-every", help="Checkpoint every N steps (0: only after the last).")
     ] = 0,
-    engine: Annotated[str, typer.Option("--engine", help="Rollout engine: hf | vllm | auto (vllm if installed).")] = (
+    engine: Annotated[str, typer.Option("--engine", help=f"Rollout engine: {ENGINE_CHOICES} ({AUTO_HELP}).")] = (
         "auto"
     ),
     timeout: Annotated[str, typer.Option("--timeout", help="Wall-clock limit of the whole run, e.g. 30m.")] = "1h",

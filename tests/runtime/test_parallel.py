@@ -137,7 +137,8 @@ def _engine_check(model_dir: str, par, weights, rank: int) -> dict:
     """A TP engine takes the trainer's full weights and generates what a whole-model engine generates."""
     import torch.distributed as dist
 
-    from hetrl_cli.runtime.engines import HFEngine, Sampling
+    from hetrl_cli.runtime.engines import Sampling
+    from hetrl_cli.runtime.engines.hf import HFEngine
 
     box = [weights]
     dist.broadcast_object_list(box, src=0)
@@ -165,7 +166,8 @@ def _single(model_dir: Path) -> dict:
 
 def _whole_engine(model_dir: Path, weights: list) -> dict:
     """A whole-model engine on the given weights: what a TP engine must match."""
-    from hetrl_cli.runtime.engines import HFEngine, Sampling, checksum_named
+    from hetrl_cli.runtime.engines import Sampling, checksum_named
+    from hetrl_cli.runtime.engines.hf import HFEngine
 
     engine = HFEngine(model_dir)
     engine.update_weights(weights)

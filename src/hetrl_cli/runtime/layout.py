@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from hetrl_cli.artifacts.plan import Plan, TaskPlan
 from hetrl_cli.artifacts.rl import ALL_TASKS, TASK_ROLE, TRAIN_TASKS
+from hetrl_cli.runtime.engines import generation_problems
 
 ZERO_KINDS = ("zero1", "zero2")
 """The workload `sharding` values the runtime executes across DP replicas (runtime/sharding.py); zero3 is refused."""
@@ -292,16 +293,13 @@ def supported(plan: Plan, engine: str = "hf") -> list[str]:
     Runs: any TP degree that divides the model (heads, KV heads split or replicated, intermediate size) for
     every task, generation included with the hf engine; any PP depth and (uneven) layer split for every task but
     generation; sharding zero1/zero2 (with pp > 1: equal layer splits across replicas); recompute; offload
-    (generation: hf engine). `engine` is the resolved or requested engine (`auto` may still become vllm).
+    (generation: hf engine). `engine` is the resolved or requested engine (`auto` may still become vllm); what
+    each engine runs of a generation placement is the engine registry's answer (runtime/engines).
     """
     problems = _sharding_problems(plan)
     for task in plan.tasks:
-        if task.offload and task.task == "generation" and engine == "vllm":
-            problems.append("task generation: offload with the vllm engine (pass --engine hf to offload generation)")
-        if task.pp > 1 and task.task == "generation":
-            problems.append(f"task generation: pp={task.pp} (generation is not pipelined; use tp or dp instead)")
-        if task.tp > 1 and task.task == "generation" and engine == "vllm":
-            problems.append(f"task generation: tp={task.tp} with the vllm engine (pass --engine hf for TP generation)")
+        if task.task == "generation":
+            problems.extend(f"task generation: {line}" for line in generation_problems(engine, task))
         used = task.devices
         if len(set(used)) != len(used):
             problems.append(f"task {task.task}: a device appears twice in its replicas")
@@ -313,7 +311,6 @@ def supported(plan: Plan, engine: str = "hf") -> list[str]:
     if missing:
         problems.append(f"tasks not placed by the plan: {', '.join(missing)}")
     return problems
-
 
 
 def _sharding_problems(plan: Plan) -> list[str]:

