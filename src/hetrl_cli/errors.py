@@ -18,6 +18,11 @@ class BadInput(HetrlError):
     exit_code = 2
 
 
+class Unwritable(BadInput, OSError):
+    """An output path that cannot be written (a directory, a read-only or missing place): bad input for the
+    CLI's one line, and still an OSError for library callers that handle file errors."""
+
+
 class Infeasible(HetrlError):
     """No plan fits the cluster: the message names the binding constraint."""
 

@@ -101,6 +101,35 @@ def _split_target(target: str, where: str) -> tuple[str | None, str, int | None]
     return user, target, port
 
 
+MAX_LABEL_CHARS = 300
+"""Longer host labels are refused without being echoed back."""
+
+
+def check_host_label(label: str) -> str:
+    """A host named in a profile or plan obeys hosts.txt's rules (a hostname or IP, optionally `:port` or
+    `[IPv6]:port`; no user), so no artifact can smuggle another string into an SSH target or a path. ValueError
+    (for pydantic validators) otherwise."""
+    if len(label) > MAX_LABEL_CHARS:
+        raise ValueError(f"a host name of {len(label)} characters is too long (at most {MAX_LABEL_CHARS})")
+    try:
+        user, _, _ = _split_target(label, "host")
+    except BadInput as exc:
+        raise ValueError(str(exc).removeprefix("host: ")) from None
+    if user is not None:
+        raise ValueError(f"host {label!r} names a user: profiles and plans name hosts only")
+    return label
+
+
+def check_device_id(device_id: str) -> str:
+    """`host/index` with a valid host label (ValueError otherwise)."""
+    host, _, index = device_id.rpartition("/")
+    if not host or not index.isdigit() or len(index) > 6:
+        shown = device_id if len(device_id) <= 80 else device_id[:80] + "..."
+        raise ValueError(f"device id {shown!r} is not of the form host/index")
+    check_host_label(host)
+    return device_id
+
+
 def _parse_port(text: str, where: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 65535:
         raise BadInput(f"{where}: bad port {text!r}: expected a number from 1 to 65535")

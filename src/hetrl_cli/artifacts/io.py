@@ -15,7 +15,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from hetrl_cli.artifacts.base import Artifact
-from hetrl_cli.errors import BadInput
+from hetrl_cli.errors import BadInput, Unwritable
 
 A = TypeVar("A", bound=Artifact)
 
@@ -43,8 +43,13 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         sys.stdout.flush()
         return
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    if target.is_dir():
+        raise Unwritable(f"{path}: is a directory; name a file in it (e.g. {target / 'out.json'})")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise Unwritable(f"{path}: cannot write here ({exc.strerror}); choose a writable path") from None
     try:
         os.fchmod(fd, 0o666 & ~_current_umask())  # mkstemp makes 0600; artifacts get ordinary file modes
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -52,6 +57,9 @@ def write_text_atomic(path: str | Path, text: str) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise Unwritable(f"{path}: cannot write here ({exc.strerror}); choose a writable path") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -72,12 +80,38 @@ def format_validation_error(where: str, err: ValidationError) -> str:
     return f"{where}: field '{loc}': {first['msg']}{tail}"
 
 
-def parse_artifact(text: str, cls: type[A], where: str) -> A:
-    """Parse JSON text into `cls`, refusing another kind or a newer schema version."""
+MAX_ARTIFACT_CHARS = 64 * 2**20
+"""Larger input is refused before parsing: no cluster hetrl plans for comes near it, and unbounded input would
+cost minutes of parsing and printing."""
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number hetrl accepts; write a finite number")
+
+
+def _json_data(text: str, where: str) -> object:
+    """json.loads with every failure as one line: syntax, inf/NaN, numbers too long, nesting too deep."""
+    if not text.strip():
+        raise BadInput(f"{where}: no input (empty); pass an artifact file or pipe one in")
+    if len(text) > MAX_ARTIFACT_CHARS:
+        raise BadInput(
+            f"{where}: {len(text) / 2**20:.0f} MiB is more than an artifact may be ({MAX_ARTIFACT_CHARS // 2**20} MiB)"
+        )
     try:
-        data = json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise BadInput(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise BadInput(f"{where}: nested too deeply to be an artifact") from None
+    except ValueError as exc:  # a constant refused above, or an integer over Python's digit limit
+        reason = "a number has too many digits" if "digits" in str(exc) else str(exc)
+        raise BadInput(f"{where}: {reason}") from None
+
+
+def parse_artifact(text: str, cls: type[A], where: str) -> A:
+    """Parse JSON text into `cls`, refusing another kind or a newer schema version. Fields are validated in
+    pydantic's strict JSON mode: no boolean where a number belongs, no string where a number belongs."""
+    data = _json_data(text, where)
     if not isinstance(data, dict):
         raise BadInput(f"{where}: expected a JSON object with 'kind' and 'schema_version'")
     kind = data.get("kind")
@@ -91,10 +125,17 @@ def parse_artifact(text: str, cls: type[A], where: str) -> A:
             f"{where}: schema_version {version} is newer than this hetrl understands "
             f"({cls.SCHEMA_VERSION}); upgrade hetrl"
         )
+    return validate_json(text, cls, where)
+
+
+def validate_json(text: str, cls: type[A], where: str) -> A:
+    """`cls` from JSON text in strict mode, a ValidationError as one BadInput line."""
     try:
-        return cls.model_validate(data)
+        return cls.model_validate_json(text, strict=True)
     except ValidationError as exc:
         raise BadInput(format_validation_error(where, exc)) from None
+    except RecursionError:
+        raise BadInput(f"{where}: nested too deeply to be an artifact") from None
 
 
 def load_artifact(path: str | Path, cls: type[A]) -> A:

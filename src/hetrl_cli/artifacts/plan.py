@@ -8,11 +8,12 @@ run by a tensor-parallel group of devices.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from hetrl_cli.artifacts.base import Artifact, Strict
+from hetrl_cli.artifacts.base import Artifact, Strict, check_artifact_name
+from hetrl_cli.artifacts.hosts import check_device_id
 from hetrl_cli.artifacts.rl import TaskName
 from hetrl_cli.artifacts.workload import Workload
 
@@ -92,7 +93,7 @@ class TaskPlan(Strict):
 class TaskGroup(Strict):
     name: str
     tasks: list[TaskName]
-    devices: list[str]
+    devices: list[Annotated[str, AfterValidator(check_device_id)]]
 
 
 class TimelineEntry(Strict):
@@ -143,7 +144,7 @@ class Plan(Artifact):
     SCHEMA_VERSION: ClassVar[int] = 1
 
     kind: Literal["plan"] = "plan"
-    name: str
+    name: Annotated[str, AfterValidator(check_artifact_name)]
     created_at: str
     profile_name: str
     profile_fingerprint: str

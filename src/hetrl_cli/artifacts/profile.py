@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from hetrl_cli.artifacts.base import Artifact, Strict
+from hetrl_cli.artifacts.base import Artifact, Strict, check_artifact_name
+from hetrl_cli.artifacts.hosts import check_device_id, check_host_label
 
 LinkSource = Literal["measured", "assumed", "catalog", "override", "inferred"]
 LinkKind = Literal["nvlink", "pcie", "loopback", "lan", "wan"]
@@ -20,27 +21,27 @@ LinkKind = Literal["nvlink", "pcie", "loopback", "lan", "wan"]
 class Device(Strict):
     """One accelerator (or a host's CPU when it has none)."""
 
-    id: str
+    id: Annotated[str, AfterValidator(check_device_id)]
     """`host/index`, unique in the profile."""
-    host: str
+    host: Annotated[str, AfterValidator(check_host_label)]
     """Name of the host this device sits in (matches Host.name)."""
-    index: int
+    index: int = Field(ge=0)
     """Device index on its host (CUDA ordinal; 0 for a CPU device)."""
     kind: Literal["cuda", "cpu"]
     name: str
     """Model name as reported (e.g. 'NVIDIA A100-SXM4-80GB') or the CPU model."""
     memory_bytes: int = Field(gt=0)
     """Device memory (host RAM share for a CPU device)."""
-    peak_tflops: dict[str, float] = Field(default_factory=dict)
+    peak_tflops: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
     """Datasheet dense peak by dtype ('bf16', 'fp16', 'fp32'); empty when unknown."""
-    measured_tflops: dict[str, float] = Field(default_factory=dict)
+    measured_tflops: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
     """Microbenchmark result by dtype; empty for catalog profiles."""
     memory_gbps: float = Field(gt=0)
     """Memory bandwidth in GB/s: measured when available, else the datasheet value."""
-    peak_memory_gbps: float | None = None
+    peak_memory_gbps: float | None = Field(default=None, gt=0)
     """Datasheet memory bandwidth in GB/s, when known."""
     compute_capability: str | None = None
-    cores: float | None = None
+    cores: float | None = Field(default=None, gt=0)
     """CPU cores usable by this host's processes (fractional under a cgroup quota); None for GPUs."""
     decode_steps_per_s: float | None = Field(default=None, gt=0)
     """A CPU device's rate on the profiler's toy decode loop (probe.decode_steps_per_s): how fast generation's
@@ -72,9 +73,9 @@ class IntraLink(Strict):
 class Host(Strict):
     """One machine: where it is, how it was reached and what software it has."""
 
-    name: str
+    name: Annotated[str, AfterValidator(check_host_label)]
     """Label from hosts.txt (`host` or `host:port`), unique in the profile."""
-    address: str
+    address: Annotated[str, AfterValidator(check_host_label)]
     port: int = 22
     user: str | None = None
     region: str = "default"
@@ -112,7 +113,7 @@ class ClusterProfile(Artifact):
     SCHEMA_VERSION: ClassVar[int] = 1
 
     kind: Literal["cluster-profile"] = "cluster-profile"
-    name: str
+    name: Annotated[str, AfterValidator(check_artifact_name)]
     created_at: str
     """ISO 8601 UTC time the profile was made."""
     method: Literal["ssh-probe", "catalog"]
@@ -140,6 +141,8 @@ class ClusterProfile(Artifact):
         for link in self.links:
             if link.a not in known or link.b not in known:
                 raise ValueError(f"link {link.a}<->{link.b} names an unknown host")
+        if self.fingerprint:  # never trusted as written: a forged one would make `show` report changed hardware
+            self.fingerprint = self.compute_fingerprint()
         return self
 
     def compute_fingerprint(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from hetrl_cli.artifacts.base import Artifact, Strict
 from hetrl_cli.artifacts.rl import (  # noqa: F401  (ALL_TASKS, TASK_ROLE, TaskName: read from here by older imports)
@@ -147,17 +147,24 @@ class Workload(Artifact):
 
 def load_workload(path: str | Path) -> Workload:
     """Load a workload from YAML or JSON (`kind`/`schema_version` may be omitted in hand-written YAML)."""
+    import json
+
     import yaml
 
-    from hetrl_cli.artifacts.io import format_validation_error, read_text
+    from hetrl_cli.artifacts.io import read_text, validate_json
 
     where = "<stdin>" if str(path) == "-" else str(path)
+    text = read_text(path)
+    if not text.strip():
+        raise BadInput(f"{where}: no input (empty); pass a workload file or pipe one in")
     try:
-        data = yaml.safe_load(read_text(path))
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark else ""
         raise BadInput(f"{where}: not valid YAML{at}") from None
+    except RecursionError:
+        raise BadInput(f"{where}: nested too deeply to be a workload") from None
     if not isinstance(data, dict):
         raise BadInput(f"{where}: expected a mapping of workload fields")
     data.setdefault("kind", Workload.KIND)
@@ -166,10 +173,15 @@ def load_workload(path: str | Path) -> Workload:
         raise BadInput(f"{where}: is a '{data['kind']}' artifact, expected 'workload'")
     if not isinstance(data["schema_version"], int) or data["schema_version"] > Workload.SCHEMA_VERSION:
         raise BadInput(f"{where}: unsupported schema_version {data['schema_version']!r}")
-    try:
-        return Workload.model_validate(data)
-    except ValidationError as exc:
-        raise BadInput(format_validation_error(where, exc)) from None
+    try:  # through JSON, so YAML gets the strict checks every artifact gets (no true for 1, no .inf)
+        text = json.dumps(data, allow_nan=False)
+    except ValueError:
+        raise BadInput(f"{where}: a number is inf or NaN; write a finite number") from None
+    except TypeError as exc:
+        raise BadInput(f"{where}: a value is not plain data ({exc}); quote it") from None
+    except RecursionError:
+        raise BadInput(f"{where}: nested too deeply to be a workload") from None
+    return validate_json(text, Workload, where)
 
 
 def paper_workload(model: str, algorithm: Algorithm, mode: Mode = "sync", **overrides: object) -> Workload:
