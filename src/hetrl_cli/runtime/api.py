@@ -24,6 +24,7 @@ from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.run import RunSummary
 from hetrl_cli.errors import BadInput, HetrlError
 from hetrl_cli.runtime.comm import DEFAULT_COLLECTIVE_TIMEOUT_S
+from hetrl_cli.runtime.engines import ENGINES, FALLBACK, EngineSpec, check_choice, pick
 from hetrl_cli.runtime.layout import plan_devices, plan_hosts, supported
 from hetrl_cli.runtime.rewards import check_user_reward, user_reward_gate
 from hetrl_cli.runtime.rundir import LaunchManifest, RunDir, now_iso, summarize
@@ -73,7 +74,7 @@ class RunOptions:
     echo: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
-def check_runnable(plan: Plan, engine: str = "hf") -> None:
+def check_runnable(plan: Plan, engine: str = FALLBACK) -> None:
     """Refuse, with every reason at once, plans whose shapes the runtime does not execute yet."""
     problems = supported(plan, engine)
     if problems:
@@ -82,7 +83,6 @@ def check_runnable(plan: Plan, engine: str = "hf") -> None:
 
 def resolve_engine(requested: str, python: str, plan: Plan) -> str:
     """The requested engine (or `auto`'s pick, runtime/engines) against what the *worker* interpreter has."""
-    from hetrl_cli.runtime.engines import ENGINES, EngineSpec, pick
 
     @functools.cache
     def installed(spec: EngineSpec) -> bool:
@@ -165,7 +165,6 @@ def _remote_slots(plan: Plan, options: RunOptions) -> list | None:
 
 def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
     """Execute `plan` for `options.steps` steps; summary.json is written whether it completes or not."""
-    from hetrl_cli.runtime.engines import check_choice
     from hetrl_cli.runtime.local import launch_local
 
     if options.steps < 1:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hetrl_cli.artifacts.plan import Plan, TaskPlan
 from hetrl_cli.artifacts.rl import ALL_TASKS, TASK_ROLE, TRAIN_TASKS
-from hetrl_cli.runtime.engines import generation_problems
+from hetrl_cli.runtime.engines import FALLBACK, generation_problems
 
 ZERO_KINDS = ("zero1", "zero2")
 """The workload `sharding` values the runtime executes across DP replicas (runtime/sharding.py); zero3 is refused."""
@@ -287,7 +287,7 @@ class Layout:
         return not set(self.tasks["generation"].ranks) & set(self.rest_ranks)
 
 
-def supported(plan: Plan, engine: str = "hf") -> list[str]:
+def supported(plan: Plan, engine: str = FALLBACK) -> list[str]:
     """What in `plan` the runtime cannot execute, one line each (empty = runnable).
 
     Runs: any TP degree that divides the model (heads, KV heads split or replicated, intermediate size) for
