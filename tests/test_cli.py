@@ -102,3 +102,50 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 130
     assert err.strip().endswith("hetrl: interrupted")
     assert "Traceback" not in err
+
+
+def test_a_closed_reader_ends_show_quietly_with_0(tmp_path: Path) -> None:
+    """`hetrl show plan | head -2` under `set -o pipefail` must not fail the pipeline (exit 0, no message)."""
+    from conftest import HETRL, hetrl_env
+
+    plan = tmp_path / "plan.json"
+    root = Path(__file__).parent.parent
+    made = subprocess.run([HETRL, "plan", "profiles/paper-single-region.json", "--solver", "verl", "-o", plan],
+                          capture_output=True, text=True, env=hetrl_env(), cwd=root)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    script = f"set -o pipefail; {HETRL} show {plan} | head -2"
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=hetrl_env())
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 2
+    assert result.stderr == ""
+
+
+def test_plan_without_a_profile_takes_the_newest_profile_not_a_calibration(hetrl, tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    shutil.copy(Path(__file__).parent.parent / "profiles" / "paper-single-region.json", profiles / "lab.json")
+    calibration = profiles / "lab.calibration.json"
+    calibration.write_text('{"kind": "calibration", "schema_version": 1}\n')
+    os.utime(profiles / "lab.json", (1_000_000, 1_000_000))  # the calibration is the newer file
+    result = hetrl("plan", "--solver", "verl", "-o", tmp_path / "plan.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "using the newest profile: profiles/lab.json" in result.stderr
+
+
+def test_off_a_terminal_without_columns_lines_stay_whole(tmp_path: Path) -> None:
+    """CI logs: no COLUMNS, no terminal — a sentence is one line, not wrapped at rich's default 80 columns."""
+    from conftest import HETRL, hetrl_env
+
+    env = {k: v for k, v in hetrl_env().items() if k != "COLUMNS"}
+    root = Path(__file__).parent.parent
+    made = subprocess.run([HETRL, "plan", "profiles/paper-single-region.json", "--solver", "verl", "-o", "-"],
+                          capture_output=True, text=True, env=env, cwd=root)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    shown = subprocess.run([HETRL, "show", "-"], input=made.stdout, capture_output=True, text=True, env=env)
+    assert shown.returncode == 0, shown.stderr
+    bottleneck = [line for line in shown.stdout.splitlines() if line.startswith("Bottleneck:")]
+    assert len(bottleneck) == 1 and bottleneck[0].rstrip().endswith("of it")
+    assert len(bottleneck[0]) > 80

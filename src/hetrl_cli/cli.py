@@ -5,6 +5,8 @@ Heavy libraries (torch, highspy, fabric) are imported inside the stage functions
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -57,9 +59,9 @@ def _root(
 
 
 def _stderr_console():
-    from rich.console import Console
+    from hetrl_cli.render.console import make_console
 
-    return Console(stderr=True)
+    return make_console(stderr=True)
 
 
 @app.command()
@@ -145,9 +147,23 @@ def parse_duration(text: str) -> float:
     return value
 
 
+_PROFILE_KIND = re.compile(r'"kind"\s*:\s*"cluster-profile"')
+
+
+def _is_profile(path: Path) -> bool:
+    """Whether a JSON file is a cluster profile (its `kind` is written first), not a calibration or a plan."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            return bool(_PROFILE_KIND.search(fh.read(4096)))
+    except OSError:
+        return False
+
+
 def newest_profile(folder: Path = Path("profiles")) -> Path:
-    """The most recently modified profile JSON in `folder`, for `hetrl plan` with no profile argument."""
-    candidates = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    """The most recently modified cluster profile in `folder`, for `hetrl plan` with no profile argument
+    (`hetrl calibrate` writes its JSON there too: that one is skipped)."""
+    found = [p for p in folder.glob("*.json") if _is_profile(p)]
+    candidates = sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
     if not candidates:
         raise BadInput(f"no profile given and none in {folder}/: run 'hetrl profile hosts.txt' first")
     return candidates[0]
@@ -271,7 +287,7 @@ def simulate(
     from hetrl_cli.artifacts.plan import Plan
     from hetrl_cli.artifacts.profile import ClusterProfile
     from hetrl_cli.artifacts.workload import load_workload
-    from hetrl_cli.costmodel.simulate import rescore
+    from hetrl_cli.planner.build import rescore
 
     base = load_artifact(plan_file, Plan)
     cluster = load_artifact(profile_file, ClusterProfile) if profile_file else None
@@ -334,11 +350,10 @@ def validate(
     if json_out:
         save_artifact(result, "-")
         return
-    from rich.console import Console
-
+    from hetrl_cli.render.console import make_console
     from hetrl_cli.render.validation import print_validation
 
-    print_validation(result, Console())
+    print_validation(result, make_console())
     console.print(f"wrote {path / VALIDATION_FILE}")
 
 
@@ -369,11 +384,10 @@ def calibrate(
     target = output or f"profiles/{cluster.name}.calibration.json"
     save_artifact(result, target)
     if target != "-":
-        from rich.console import Console
-
+        from hetrl_cli.render.console import make_console
         from hetrl_cli.render.validation import print_calibration
 
-        print_calibration(result, Console())
+        print_calibration(result, make_console())
         _stderr_console().print(f"wrote {target}")
 
 
@@ -469,11 +483,32 @@ _add_subapps()
 INTERRUPTED = 130  # the shell convention: 128 + SIGINT
 
 
+def _stdout_is_devnull() -> bool:
+    try:
+        return os.path.samestat(os.fstat(1), os.stat(os.devnull))
+    except OSError:
+        return False
+
+
+def _pacified() -> bool:
+    return type(sys.stdout).__name__ == "PacifyFlushWrapper"
+
+
 def main() -> None:
     """Entry point: run the app, turning HetrlError into one line on stderr and its exit code."""
+    devnull_before = _stdout_is_devnull()
     try:
         # Without standalone mode click *returns* the code of a typer.Exit raised inside a command.
         code = app(standalone_mode=False)
+    except BrokenPipeError:  # `hetrl show plan.json | head -2`: the reader has what it wanted, as with Unix tools
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        sys.exit(0)
+    except SystemExit as exc:
+        # On EPIPE rich points stdout at /dev/null and exits 1, typer wraps it in click's PacifyFlushWrapper and
+        # exits 1: a closed reader is not a failure (`set -o pipefail` scripts would stop), so end with 0.
+        if exc.code == 1 and ((_stdout_is_devnull() and not devnull_before) or _pacified()):
+            sys.exit(0)
+        raise
     except HetrlError as exc:
         if _state["debug"]:
             raise

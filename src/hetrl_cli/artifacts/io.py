@@ -43,6 +43,9 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         sys.stdout.flush()
         return
     target = Path(path)
+    if target.exists() and not target.is_file() and not target.is_dir():
+        _write_special(target, text)  # /dev/null, a FIFO, /dev/stdout: replacing it by a file would break it
+        return
     if target.is_dir():
         raise Unwritable(f"{path}: is a directory; name a file in it (e.g. {target / 'out.json'})")
     try:
@@ -63,6 +66,15 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _write_special(target: Path, text: str) -> None:
+    """Write straight into a device or pipe (there is no half-written file to avoid)."""
+    try:
+        with target.open("w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise Unwritable(f"{target}: cannot write here ({exc.strerror}); choose a writable path") from None
 
 
 def _current_umask() -> int:

@@ -21,6 +21,7 @@ from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.profile import ClusterProfile
 from hetrl_cli.render import markdown, sections
 from hetrl_cli.render.compare import Comparison, compare_plans
+from hetrl_cli.render.console import make_console
 from hetrl_cli.render.digest import IDLE, MISSING, PlanDigest, digest_plan
 from hetrl_cli.render.machine import comparison_summary, plan_summary
 from hetrl_cli.render.svg import write_svg
@@ -60,9 +61,9 @@ def show_plan(
     elif fmt == "markdown":
         sys.stdout.write(markdown.comparison(compare_plans(a, b)) if b else markdown.plan(a))
     elif b is not None:
-        print_comparison(console or Console(highlight=False), compare_plans(a, b))
+        print_comparison(console or make_console(), compare_plans(a, b))
     else:
-        print_plan(console or Console(highlight=False), a)
+        print_plan(console or make_console(), a)
     warn_stale_on_stderr(fmt, [a] if b is None else [a, b])
     if svg is not None:
         sys.stderr.write(f"wrote {svg}\n")  # one line, never wrapped: scripts grep it
@@ -113,7 +114,7 @@ def print_stale(out: Console, d: PlanDigest) -> None:
     """A red panel nobody can miss: the numbers below describe hardware that is no longer there."""
     if d.stale is not None:
         text = Text.assemble(("STALE PLAN ", "bold red"), (d.plan.name + ": ", "bold"), d.stale.sentence())
-        out.print(Panel(text, border_style="red", box=box.HEAVY))
+        out.print(Panel(text, border_style="red", box=box.HEAVY, expand=False))
 
 
 def print_summary(out: Console, d: PlanDigest) -> None:

@@ -32,6 +32,7 @@ from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.run import RunSummary
 from hetrl_cli.errors import BadInput
 from hetrl_cli.render import markdown
+from hetrl_cli.render.console import make_console
 from hetrl_cli.render.digest import seconds, si, task_order
 from hetrl_cli.render.sections import Section
 from hetrl_cli.render.svg import FONT, PALETTE, WIDTH, save_svg
@@ -323,9 +324,7 @@ def show_run(view: RunView, *, fmt: str = "table", svg: Path | None = None, cons
     elif fmt == "markdown":
         sys.stdout.write(run_markdown(view))
     else:
-        from rich.console import Console
-
-        print_run(console or Console(highlight=False), view)
+        print_run(console or make_console(), view)
     if svg is not None:
         sys.stderr.write(f"wrote {svg}\n")
 
