@@ -70,7 +70,8 @@ def test_constructive_split_and_rebalance(tiny_profile):
     group non-empty."""
     import random
 
-    from hetrl_cli.planner.hybrid import Budget, Hybrid
+    from hetrl_cli.planner.hybrid import Hybrid
+    from hetrl_cli.planner.search import Budget
     from hetrl_cli.planner.space import groupings
 
     w = workload("grpo", "sync")
@@ -94,7 +95,7 @@ def test_budget_stops_one_step_before_the_deadline():
     deadline; the reserve is capped at STEP_RESERVE_SHARE of the budget."""
     import time
 
-    from hetrl_cli.planner.hybrid import STEP_RESERVE_SHARE, Budget
+    from hetrl_cli.planner.search import STEP_RESERVE_SHARE, Budget
 
     budget = Budget(10.0, None)
     budget.count()

@@ -10,8 +10,9 @@ import math
 import pytest
 
 from hetrl_cli.costmodel.model import CostModel
-from hetrl_cli.planner.hybrid import IDLE, Budget, Hybrid
+from hetrl_cli.planner.hybrid import Hybrid
 from hetrl_cli.planner.screen import MAX_ROWS, SCREEN_CLASSES, SCREEN_SHARE, Screen, _compose
+from hetrl_cli.planner.search import IDLE, Budget
 from hetrl_cli.planner.space import groupings
 from hetrl_cli.planner.tables import Tables
 

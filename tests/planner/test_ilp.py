@@ -12,6 +12,7 @@ from hetrl_cli.artifacts.io import save_artifact
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.planner.api import make_plan
 from hetrl_cli.planner.ilp import IlpModel, brute_force, build_space, realise, solve_ilp, subspace
+from hetrl_cli.planner.search import Budget
 from hetrl_cli.planner.tables import Tables
 
 from .conftest import TINY, cluster, workload
@@ -29,7 +30,7 @@ def test_ilp_equals_brute_force(tiny_profile, algorithm, mode):
     w = workload(algorithm, mode)
     cm = CostModel(tiny_profile, w)
     tables = Tables(cm, tiny_profile, w)
-    result, _space, _note = solve_ilp(tables, 30, granularity="fine")
+    result, _space, _note = solve_ilp(tables, Budget(30), granularity="fine")
     best = brute_force(tables, build_space(tables, "fine"))
     assert result.status == "optimal"
     assert best is not None

@@ -1,54 +1,128 @@
 """Iteration composition: how task times, transfers and the weight sync add up to one RL step.
 
-Pure functions over plain numbers, so the ILP can mirror them exactly (docs/costmodel.md, 'Composition').
+The one definition (docs/costmodel.md, 'Composition'). The cost model's `evaluate` (and so `simulate`), the
+planner's tables, hybrid and screen compute the iteration with `iteration_s`; the ILP writes one row per lane
+(T ≥ Σ of the lane's terms) from `lanes`, so no solver carries a copy of the formula.
 
-SYNC (on-policy, strict phase order):
-    iteration = Σ_k span_k + Σ_b transfer_b + weight_sync
-    span_k    = max over groups g of Σ_{tasks of g in phase k} t_task       (PHASES in types.py)
-    transfer_b= Σ over the (src, dst) group pairs handing data across boundary b (after phases 1 and 2);
-                the hand-overs funnel through the single controller, so they add up
-ASYNC (one-step off-policy; only when the generation group holds generation alone):
-    iteration = max(span_1 + weight_sync, transfer_1 + span_2 + transfer_2 + span_3)
-    generation of step t+1 overlaps the rest of step t; otherwise async falls back to sync.
+An iteration is the slowest of its *lanes*; a lane is a sum of named terms:
+    span:k       phase k's span: the slowest group's summed task time in the phase (PHASES in artifacts/rl.py);
+                 tasks of a group share devices (they add up), groups run side by side (max)
+    boundary:b   the data hand-overs across boundary b (after phases 1 and 2); they funnel through the
+                 single controller, so they add up
+    weight_sync  the weight syncs (the actor's, then the critic's)
+SYNC (on-policy, strict phase order): one lane of every term.
+    iteration = Σ_k span_k + Σ_b boundary_b + weight_sync
+ASYNC (one-step off-policy; only when the generation group holds generation alone, else as sync): two
+lanes, since generation of step t+1 overlaps the rest of step t.
+    iteration = max(span_1 + weight_sync, boundary_1 + span_2 + boundary_2 + span_3)
+
+A lane adds its terms in the order written, each inner tuple first: the order of floating-point additions
+is part of the definition, so every user gets the same seconds to the last digit.
+
+Floors: a phase span may have a floor, seconds the phase takes on no device. The planner passes the
+rule-based reward's driver time as phase 2's floor (`Tables.floor`, docs/planner.md); the cost model's
+`evaluate` passes none, because it leaves the rule-based reward out of the iteration (it overlaps phase 2
+on the driver and is ~1e-4 of a step: docs/costmodel.md, 'Not modelled'). The two agree whenever a device
+task of phase 2 takes longer than the reward's driver time, as the reference always does in the shipped
+workloads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+from hetrl_cli.artifacts.workload import TaskName
 from hetrl_cli.costmodel.types import GroupPlacement
 
+SPANS = ("span:1", "span:2", "span:3")
+"""The phase spans, in PHASES order."""
+BOUNDARIES = ("boundary:1", "boundary:2")
+"""The transfers after phase 1 (rollouts) and after phase 2 (experience)."""
+WEIGHT_SYNC = "weight_sync"
+TERMS = (*SPANS, *BOUNDARIES, WEIGHT_SYNC)
 
-def spans(phases: Sequence[dict[str, float]]) -> list[float]:
-    """Per phase, the slowest group's summed task time."""
-    return [max(p.values(), default=0.0) for p in phases]
+Lane = tuple[tuple[str, ...], ...]
+"""Terms summed in order, each inner tuple first."""
+SYNC_LANES: tuple[Lane, ...] = ((SPANS, BOUNDARIES, (WEIGHT_SYNC,)),)
+ASYNC_LANES: tuple[Lane, ...] = (
+    ((SPANS[0], WEIGHT_SYNC),),
+    ((BOUNDARIES[0], SPANS[1], BOUNDARIES[1], SPANS[2]),),
+)
+_INDEX = {term: i for i, term in enumerate(TERMS)}
+_BY_INDEX = {
+    mode: tuple(tuple(tuple(_INDEX[t] for t in part) for part in lane) for lane in lanes)
+    for mode, lanes in ((False, SYNC_LANES), (True, ASYNC_LANES))
+}
+"""The lanes as positions in (span:1, span:2, span:3, boundary:1, boundary:2, weight_sync): the screen's
+branch and bound composes millions of times, so no dict per call."""
+
+
+def lanes(asynchronous: bool) -> tuple[Lane, ...]:
+    """The lanes of an iteration (module docstring); `asynchronous`: the async overlap applies."""
+    return ASYNC_LANES if asynchronous else SYNC_LANES
+
+
+def overlaps(mode: str, task_sets: Iterable[Sequence[TaskName]]) -> bool:
+    """Whether the async overlap applies: an async workload whose generation group holds generation alone."""
+    return mode == "async" and any(tuple(tasks) == ("generation",) for tasks in task_sets)
 
 
 def is_async_split(groups: Sequence[GroupPlacement]) -> bool:
     """Whether generation has a group to itself (the condition for the async overlap)."""
-    return any(g.tasks == ("generation",) or list(g.tasks) == ["generation"] for g in groups)
+    return any(tuple(g.tasks) == ("generation",) for g in groups)
+
+
+def span(group_s: Iterable[float], floor: float | None = None) -> float:
+    """A phase's span from the phase seconds of the groups holding a task of it, at least `floor` if given."""
+    if floor is None:
+        return max(group_s, default=0.0)
+    return max([floor, *group_s])
+
+
+def spans(phases: Sequence[dict[str, float]], floor: Sequence[float] | None = None) -> list[float]:
+    """Per phase, the slowest group's summed task time (at least the phase's floor, if given)."""
+    return [span(p.values(), None if floor is None else floor[k]) for k, p in enumerate(phases)]
+
+
+def lane_values(
+    span_s: Sequence[float], boundary_s: Sequence[float], weight_sync_s: float, asynchronous: bool
+) -> list[float]:
+    """Each lane's seconds, in `lanes(asynchronous)` order; missing boundaries count 0."""
+    if len(boundary_s) < len(BOUNDARIES):
+        boundary_s = (*boundary_s, *[0.0] * (len(BOUNDARIES) - len(boundary_s)))
+    values = (*span_s, *boundary_s, weight_sync_s)
+    out = []
+    for lane in _BY_INDEX[asynchronous]:
+        total = 0.0
+        for part in lane:
+            subtotal = 0.0
+            for i in part:
+                subtotal += values[i]
+            total += subtotal
+        out.append(total)
+    return out
+
+
+def iteration_s(
+    span_s: Sequence[float], boundary_s: Sequence[float], weight_sync_s: float, asynchronous: bool
+) -> float:
+    """Iteration seconds: the slowest lane."""
+    return max(lane_values(span_s, boundary_s, weight_sync_s, asynchronous))
 
 
 def compose_iteration(
     phases: Sequence[dict[str, float]], boundary_s: Sequence[float], weight_sync_s: float, asynchronous: bool
 ) -> float:
-    """Iteration seconds from phase times (per group), boundary transfers and the weight sync."""
-    s = spans(phases)
-    b = list(boundary_s) + [0.0] * (2 - len(boundary_s))
-    if asynchronous:
-        return max(s[0] + weight_sync_s, b[0] + s[1] + b[1] + s[2])
-    return sum(s) + sum(b) + weight_sync_s
+    """Iteration seconds from phase times (per group), boundary transfers and the weight sync (no floor)."""
+    return iteration_s(spans(phases), boundary_s, weight_sync_s, asynchronous)
 
 
 def critical_groups(
     phases: Sequence[dict[str, float]], boundary_s: Sequence[float], weight_sync_s: float, asynchronous: bool
 ) -> list[str | None]:
-    """Per phase, the group on the critical path (None where the phase is off it, e.g. async lanes)."""
-    argmax = [max(p, key=p.__getitem__) if p else None for p in phases]
-    if not asynchronous:
-        return argmax
-    s = spans(phases)
-    b = list(boundary_s) + [0.0] * (2 - len(boundary_s))
-    if s[0] + weight_sync_s >= b[0] + s[1] + b[1] + s[2]:
-        return [argmax[0], None, None]
-    return [None, argmax[1], argmax[2]]
+    """Per phase, the group on the critical path: the slowest group of each phase in the slowest lane (the
+    first on ties); None where the phase's span is in no such lane (async: the other lane)."""
+    values = lane_values(spans(phases), boundary_s, weight_sync_s, asynchronous)
+    critical = lanes(asynchronous)[values.index(max(values))]
+    on_path = {term for part in critical for term in part}
+    return [max(p, key=p.__getitem__) if p and SPANS[k] in on_path else None for k, p in enumerate(phases)]

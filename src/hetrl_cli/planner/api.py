@@ -16,6 +16,7 @@ from hetrl_cli.artifacts.profile import ClusterProfile
 from hetrl_cli.artifacts.workload import TASK_ROLE, Workload
 from hetrl_cli.costmodel.types import GroupPlacement, PlanEstimate, TaskPlacement
 from hetrl_cli.errors import BadInput, Infeasible
+from hetrl_cli.planner.search import MIN_STAGE_S, Budget
 
 SOLVERS = ("auto", "ilp", "hybrid", "verl", "streamrl")
 AUTO_ILP_SHARE = 0.5
@@ -53,8 +54,9 @@ def make_plan(
     """Plan `workload` on `profile` with `solver` ('auto', 'ilp', 'hybrid', 'verl', 'streamrl').
 
     The budget is the whole call's: building the cost model and tables, the baselines, the solver and the
-    final re-scoring (the solver gets what is left). `calibration` is `Calibration.factors()` (hetrl
-    calibrate): the cost model every solver scores with."""
+    final re-scoring (the solver gets what is left). It is made here, once, from `budget_s` and `max_evals`
+    (`--budget`, `--max-evals`); every stage asks it or a part of it (planner/search.py). `calibration` is
+    `Calibration.factors()` (hetrl calibrate): the cost model every solver scores with."""
     start = time.monotonic()
     from hetrl_cli.costmodel.model import CostModel
     from hetrl_cli.planner.tables import Tables
@@ -63,12 +65,13 @@ def make_plan(
         raise BadInput(f"unknown solver {solver!r}; choose one of: {', '.join(SOLVERS)}")
     if budget_s <= 0:
         raise BadInput(f"budget must be positive, got {budget_s} s")
+    budget = Budget(budget_s, max_evals, start=start)
     cost_model = CostModel(profile, workload, calibration)
     tables = Tables(cost_model, profile, workload)
     check_feasible(tables)
     plan_name = name or f"{profile.name}-{solver}"
     with progress_reporter() as report:
-        outcome = _solve(tables, solver, start + budget_s * (1 - FINISH_SHARE), max_evals, seed, report)
+        outcome = _solve(tables, solver, budget.first(1 - FINISH_SHARE), seed, report)
         outcome.stats.seconds = time.monotonic() - start
     estimate = cost_model.evaluate(outcome.groups, outcome.placements)
     if not estimate.feasible:  # never emit a plan that does not fit
@@ -77,8 +80,8 @@ def make_plan(
     return cost_model.to_plan(estimate, outcome.groups, outcome.stats, plan_name)
 
 
-def _solve(tables, solver: str, deadline: float, max_evals: int | None, seed: int, report) -> Outcome:
-    """Run `solver` until `deadline` (time.monotonic()), seeded with and never worse than the baselines."""
+def _solve(tables, solver: str, budget: Budget, seed: int, report) -> Outcome:
+    """Run `solver` within `budget`, seeded with and never worse than the baselines."""
     from hetrl_cli.planner import baselines
 
     start = time.monotonic()
@@ -99,18 +102,19 @@ def _solve(tables, solver: str, deadline: float, max_evals: int | None, seed: in
     bases = [b for b in (baselines.verl(tables), baselines.streamrl(tables)) if b is not None]
     note = ""
     if solver == "auto":
-        solver, note = choose_solver(tables, max(0.1, deadline - time.monotonic()))
+        solver, note = choose_solver(tables, budget)
     if solver == "ilp":
-        outcome = run_ilp(tables, deadline, max_evals, seed, bases, report)
+        outcome = run_ilp(tables, budget, seed, bases, report)
     else:
-        outcome = run_hybrid(tables, deadline, max_evals, seed, bases, report)
+        outcome = run_hybrid(tables, budget, seed, bases, report)
     if note:
         outcome.stats.note = f"auto: {note}; {outcome.stats.note}"
     return _not_worse_than(outcome, bases)
 
 
-def choose_solver(tables, budget_s: float) -> tuple[str, str]:
-    """ILP when its space exists and its tables are estimated to take under AUTO_ILP_SHARE of the budget."""
+def choose_solver(tables, budget: Budget) -> tuple[str, str]:
+    """ILP when its space exists and its tables are estimated to take under AUTO_ILP_SHARE of the seconds
+    left."""
     from hetrl_cli.planner.ilp import choose_granularity
     from hetrl_cli.planner.space import count_pools, groupings
 
@@ -118,6 +122,7 @@ def choose_solver(tables, budget_s: float) -> tuple[str, str]:
     if gran is None:
         n = count_pools(tables.classes, "host")
         return "hybrid", f"hybrid, the ILP space is too large ({n} whole-host pools)"
+    budget_s = max(MIN_STAGE_S, budget.remaining_s())
     subsets = {g for gs in groupings(tables.tasks) for g in gs}
     options = count_pools(tables.classes, gran) * sum(len(s) for s in subsets)
     estimate_s = options * CALLS_PER_OPTION * SECONDS_PER_TASK_CALL
@@ -126,16 +131,15 @@ def choose_solver(tables, budget_s: float) -> tuple[str, str]:
     return "hybrid", f"hybrid, the ILP tables would take ~{estimate_s:.0f} s of the {budget_s:.0f} s budget"
 
 
-def run_ilp(tables, deadline: float, max_evals, seed: int, bases, report) -> Outcome:
-    """The ILP until `deadline`; when it gives no plan (space too large, no incumbent in time), the hybrid
+def run_ilp(tables, budget: Budget, seed: int, bases, report) -> Outcome:
+    """The ILP within `budget`; when it gives no plan (space too large, no incumbent in time), the hybrid
     search for what is left (at least FALLBACK_MIN_S)."""
     from hetrl_cli.planner.ilp import realise, solve_ilp
 
-    result, _space, note = solve_ilp(tables, max(0.1, deadline - time.monotonic()), progress=report)
+    result, _space, note = solve_ilp(tables, budget, progress=report)
     if result.options is None:
         why = {"toolarge": note, "nosolution": "no incumbent within the time limit"}.get(result.status, result.status)
-        left = max(deadline, time.monotonic() + FALLBACK_MIN_S)
-        fallback = run_hybrid(tables, left, max_evals, seed, bases, report)
+        fallback = run_hybrid(tables, budget.at_least(FALLBACK_MIN_S), seed, bases, report)
         fallback.stats.note = f"ILP gave no plan ({why}): fell back to the hybrid result; {fallback.stats.note}"
         return fallback
     options = realise(tables, result.grouping, result.pools, result.options)
@@ -155,14 +159,13 @@ def run_ilp(tables, deadline: float, max_evals, seed: int, bases, report) -> Out
     return Outcome(tables.groups(result.grouping, options), tables.placements(options), stats)
 
 
-def run_hybrid(tables, deadline: float, max_evals, seed: int, bases, report) -> Outcome:
-    """The hybrid search until `deadline` (time.monotonic()), seeded with the baselines' plans."""
-    from hetrl_cli.planner.hybrid import Budget, Hybrid, genome_of
+def run_hybrid(tables, budget: Budget, seed: int, bases, report) -> Outcome:
+    """The hybrid search within `budget` (its evaluations, else its seconds), seeded with the baselines' plans."""
+    from hetrl_cli.planner.hybrid import Hybrid, genome_of
 
     search = Hybrid(tables, seed)  # the full tables: the quick ones (depths=1) misrank plans (docs/planner.md)
     seeds = [(tuple(g.tasks for g in b.groups), genome_of(search, [g.devices for g in b.groups])) for b in bases]
-    budget_s = max(0.1, deadline - time.monotonic())  # after building the search: that is spent time too
-    budget = Budget(None if max_evals is not None else budget_s, max_evals)
+    budget = budget.for_search()  # after building the search: that is spent time too
     result = search.run(budget, seeds, progress=lambda text, _f: report(text))
     if result.options is None:
         raise Infeasible(f"the hybrid search found no plan that fits: {explain_infeasible(tables)}")
@@ -173,7 +176,8 @@ def run_hybrid(tables, deadline: float, max_evals, seed: int, bases, report) -> 
         seconds=result.seconds,
         evaluations=result.evaluations,
         seed=seed,
-        note=f"{result.rounds} successive-halving rounds" + (f", max_evals={max_evals}" if max_evals else ""),
+        note=f"{result.rounds} successive-halving rounds"
+        + (f", max_evals={budget.max_evals}" if budget.max_evals else ""),
     )
     return Outcome(tables.groups(result.grouping, result.options), tables.placements(result.options), stats)
 

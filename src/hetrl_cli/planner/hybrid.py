@@ -41,11 +41,10 @@ from dataclasses import dataclass, field
 
 from hetrl_cli.artifacts.workload import TaskName
 from hetrl_cli.planner.screen import Screen, Screened
+from hetrl_cli.planner.search import IDLE, Block, Budget, Candidate, Subset
 from hetrl_cli.planner.space import DeviceClass, groupings
-from hetrl_cli.planner.tables import GroupOption, Tables, compose
+from hetrl_cli.planner.tables import GroupOption, Tables
 
-Subset = tuple[TaskName, ...]
-IDLE = -1
 MAX_SPLITS = 8
 """Sub-arms (device-count splits) per grouping at the start."""
 POPULATION = 4
@@ -56,27 +55,9 @@ WHOLE_HOSTS_FROM = 6
 """From this many sub-hosts on, genomes move whole sub-hosts (smaller clusters: half sub-hosts)."""
 REBALANCE = 0.5
 """Share of mutations that rebalance by measured group time (the rest are random L2/L3 moves)."""
-STEP_RESERVE_SHARE = 0.05
-"""Budget: the reserve is at most this share of the budget (one slow outlier step cannot stop the search)."""
 SCREEN_ARMS = 8
 """Screened: the first cycle runs the best this-many groupings (by the screen's rank); each later
 cycle doubles the number and the splits per grouping, so every arm is reached again (anytime)."""
-
-
-@dataclass(frozen=True)
-class Block:
-    cls: int
-    host: int
-    """Sub-host index within its class."""
-    start: int
-    size: int
-
-
-@dataclass
-class Candidate:
-    genome: tuple[int, ...]
-    score: float
-    options: list[GroupOption] | None
 
 
 @dataclass
@@ -107,47 +88,32 @@ class HybridResult:
     note: str = ""
 
 
-class Budget:
-    """Evaluations and/or wall-clock seconds; `spent()` says when to stop. A step that starts is
-    finished, so the seconds stop one step early: `spent()` is true once the longest step so far (the gaps
-    between `count()` calls) would cross the deadline. The longest, not a recent one: on 1024 devices most
-    evaluations take 0.1-0.3 s, but one that meets a new device set builds its tables for up to a second."""
+@dataclass
+class _Run:
+    """One run's state: the groupings, their arms, what the screen found, the best plan so far and the
+    counters of the successive halving."""
 
-    def __init__(self, budget_s: float | None, max_evals: int | None) -> None:
-        now = time.monotonic()
-        self.start, self.budget_s = now, budget_s
-        self.deadline = None if budget_s is None else now + budget_s
-        self.max_evals = max_evals
-        self.evals = 0
-        self._last = now
-        self.longest_step = 0.0
+    groupings: list[tuple[Subset, ...]]
+    budget: Budget
+    root: random.Random
+    """Seeds every arm's generator, in the order the arms are made."""
+    arms: dict[int, list[Arm]] = field(default_factory=dict)
+    screened: dict[int, Screened] = field(default_factory=dict)
+    best: tuple[float, int, Candidate] | None = None
+    rounds: int = 0
+    cycle: int = 0
 
-    def count(self) -> None:
-        """One evaluation starts: count it and remember how long the step since the last one took."""
-        now = time.monotonic()
-        self.longest_step = max(self.longest_step, now - self._last)
-        self._last = now
-        self.evals += 1
+    def child_rng(self) -> random.Random:
+        return random.Random(self.root.random())
 
-    def spent(self) -> bool:
-        if self.max_evals is not None and self.evals >= self.max_evals:
-            return True
-        if self.deadline is None:
-            return False
-        step = min(self.longest_step, STEP_RESERVE_SHARE * self.budget_s)
-        return time.monotonic() + step >= self.deadline
+    def consider(self, gi: int, cand: Candidate) -> None:
+        if cand.options is not None and (self.best is None or cand.score < self.best[0] - 1e-12):
+            self.best = (cand.score, gi, cand)
 
-    def within(self, share: float) -> bool:
-        """Whether less than `share` of the budget (evaluations and seconds) is spent."""
-        if self.max_evals is not None and self.evals >= share * self.max_evals:
-            return False
-        return self.budget_s is None or time.monotonic() - self.start < share * self.budget_s
-
-    def used(self) -> float:
-        """The share of the budget spent so far (the larger of evaluations and seconds; 0 when unbounded)."""
-        evals = self.evals / self.max_evals if self.max_evals else 0.0
-        seconds = (time.monotonic() - self.start) / self.budget_s if self.budget_s else 0.0
-        return max(evals, seconds)
+    def rank(self, gi: int) -> tuple[float, int]:
+        """Arm order of a cycle: the best score so far, else the screened bound, else last."""
+        scores = [a.best for a in self.arms[gi] if a.population]
+        return (min(scores) if scores else self.screened[gi].key if gi in self.screened else math.inf, gi)
 
 
 class Hybrid:
@@ -196,13 +162,13 @@ class Hybrid:
 
     def pressure(self, grouping: tuple[Subset, ...], options: Sequence[GroupOption]) -> tuple[int, list[float]]:
         """(the group whose 10 % speed-up shortens the iteration most, each group's slack: how much slower
-        it could run, as a share, before the iteration grows; capped at 1). Pure arithmetic over compose()."""
+        it could run, as a share, before the iteration grows; capped at 1). Pure arithmetic over the
+        composition (`Tables.compose`)."""
         weight_sync, boundary = self.tables.terms(grouping, options)
-        mode, floor = self.tables.workload.mode, self.tables.floor
 
         def cost(scale: dict[int, float]) -> float:
             phases = [[p * scale.get(g, 1.0) for p in o.phase_s] for g, o in enumerate(options)]
-            return compose(mode, grouping, phases, weight_sync, boundary, floor)
+            return self.tables.compose(grouping, phases, weight_sync, boundary)
 
         base = cost({})
         gains = [base - cost({g: 0.9}) for g in range(len(grouping))]
@@ -400,97 +366,87 @@ class Hybrid:
         seeds: Sequence[tuple[tuple[Subset, ...], list[int]]] = (),
         progress: Callable[[str, float], None] | None = None,
     ) -> HybridResult:
+        """The search (module docstring): each grouping's arms, the screen's plans in its first arm, the seeds
+        (baseline plans) scored, then successive-halving cycles until the budget is spent."""
         start = time.monotonic()
-        all_groupings = groupings(self.tables.tasks)
-        root = random.Random(self.seed)
-        arms: dict[int, list[Arm]] = {}
-        for gi, grouping in enumerate(all_groupings):
+        run = _Run(groupings(self.tables.tasks), budget, random.Random(self.seed))
+        self._first_arms(run)
+        run.screened = self.screen(run.groupings, budget)
+        self._screened_arms(run)
+        for grouping, genome in seeds:
+            gi = run.groupings.index(grouping)
+            cand = self.evaluate(grouping, genome, budget)
+            if gi not in run.arms:
+                run.arms[gi] = [Arm(self.counts(genome, len(grouping)), rng=run.child_rng())]
+            run.arms[gi][0].population.append(cand)
+            run.consider(gi, cand)
+        while not budget.spent():  # one successive-halving cycle after another (budgets doubling per cycle)
+            self._cycle(run, progress)
+        seconds = time.monotonic() - start
+        if run.best is None:
+            return HybridResult(None, None, math.inf, budget.evals, seconds, run.rounds)
+        score, gi, cand = run.best
+        return HybridResult(run.groupings[gi], cand.options, score, budget.evals, seconds, run.rounds)
+
+    def _first_arms(self, run: _Run) -> None:
+        """Each grouping's splits as arms; first, where there are any, its whole-class constructive genomes."""
+        for gi, grouping in enumerate(run.groupings):
             splits = self.splits(len(grouping), grouping)
             if splits:  # a grouping with more groups than blocks has none
-                arms[gi] = [Arm(split, rng=random.Random(root.random())) for split in splits]
+                run.arms[gi] = [Arm(split, rng=run.child_rng()) for split in splits]
                 plans = self.class_plans(grouping)
                 if plans:  # first: whole device classes per group, the constructive genomes
                     counts = self.counts(plans[0], len(grouping))
-                    rest = [a for a in arms[gi] if a.split != counts]
-                    arms[gi] = [Arm(counts, rng=random.Random(root.random()), seeds=plans), *rest[: MAX_SPLITS - 1]]
-        best: tuple[float, int, Candidate] | None = None
+                    rest = [a for a in run.arms[gi] if a.split != counts]
+                    run.arms[gi] = [Arm(counts, rng=run.child_rng(), seeds=plans), *rest[: MAX_SPLITS - 1]]
 
-        def consider(gi: int, cand: Candidate) -> None:
-            nonlocal best
-            if cand.options is not None and (best is None or cand.score < best[0] - 1e-12):
-                best = (cand.score, gi, cand)
-
-        screened = self.screen(all_groupings, budget)
-        for gi, found in screened.items():  # first arm: the screened class plans, scored ones in the population
+    def _screened_arms(self, run: _Run) -> None:
+        """A screened grouping's first arm: the screen's plans, the scored ones in its population."""
+        for gi, found in run.screened.items():
             genomes = [list(c.genome) for c in found.scored] + found.bounded
             if not genomes:
                 continue
-            counts = self.counts(genomes[0], len(all_groupings[gi]))
-            rest = [a for a in arms.get(gi, []) if a.split != counts]
-            first = Arm(counts, rng=random.Random(root.random()), seeds=found.bounded[:POPULATION])
+            counts = self.counts(genomes[0], len(run.groupings[gi]))
+            rest = [a for a in run.arms.get(gi, []) if a.split != counts]
+            first = Arm(counts, rng=run.child_rng(), seeds=found.bounded[:POPULATION])
             first.population = found.scored[:POPULATION]
-            arms[gi] = [first, *rest[: MAX_SPLITS - 1]]
+            run.arms[gi] = [first, *rest[: MAX_SPLITS - 1]]
             for cand in found.scored:
-                consider(gi, cand)
+                run.consider(gi, cand)
 
-        def rank(gi: int) -> tuple[float, int]:
-            """Arm order of a cycle: the best score so far, else the screened bound, else last."""
-            scores = [a.best for a in arms[gi] if a.population]
-            return (min(scores) if scores else screened[gi].key if gi in screened else math.inf, gi)
-
-        for grouping, genome in seeds:
-            gi = all_groupings.index(grouping)
-            cand = self.evaluate(grouping, genome, budget)
-            if gi not in arms:
-                arms[gi] = [Arm(self.counts(genome, len(grouping)), rng=random.Random(root.random()))]
-            arms[gi][0].population.append(cand)
-            consider(gi, cand)
-        rounds = cycle = 0
-
-        def search() -> None:
-            nonlocal rounds, cycle
-            while not budget.spent():  # one successive-halving cycle after another (budgets doubling per cycle)
-                alive = list(arms)
-                per_arm = FIRST_ROUND * 2**cycle
-                cycle += 1
-                width = 1 if cycle == 1 else MAX_SPLITS + 1  # the first cycle: only each grouping's constructive split
-                if screened:  # the best-ranked groupings first, more of them and of their splits each cycle
-                    alive = sorted(alive, key=rank)[: SCREEN_ARMS * 2 ** (cycle - 1)]
-                    width = min(MAX_SPLITS + 1, 2 ** (cycle - 1))
-                live_arms = {gi: list(arms[gi]) for gi in alive}
-
-                def active(gi: int, live_arms=live_arms, width=width) -> list[Arm]:
-                    return live_arms[gi][:width]
-
-                while alive and not budget.spent():
-                    rounds += 1
-                    for gi in alive:
-                        for arm in active(gi):
-                            grow = lambda c, gi=gi: consider(gi, c)  # noqa: E731
-                            self._grow(all_groupings[gi], arm, per_arm, budget, grow)
-                            if budget.spent():
-                                break
-                        if budget.spent():
-                            break
-                    if progress and best is not None:
-                        text = f"hybrid: cycle {cycle} round {rounds}, {len(alive)} groupings, best {best[0]:.3g} s"
-                        progress(text, 0.0)
-                    if len(alive) == 1 and len(active(alive[0])) == 1:
+    def _cycle(self, run: _Run, progress: Callable[[str, float], None] | None) -> None:
+        """One successive-halving cycle: rounds over the live groupings, each spending its budget per arm on
+        its active splits, then dropping the worse half of the groupings and of each one's explored splits."""
+        budget = run.budget
+        alive = list(run.arms)
+        per_arm = FIRST_ROUND * 2**run.cycle
+        run.cycle += 1
+        width = 1 if run.cycle == 1 else MAX_SPLITS + 1  # the first cycle: only each grouping's constructive split
+        if run.screened:  # the best-ranked groupings first, more of them and of their splits each cycle
+            alive = sorted(alive, key=run.rank)[: SCREEN_ARMS * 2 ** (run.cycle - 1)]
+            width = min(MAX_SPLITS + 1, 2 ** (run.cycle - 1))
+        live_arms = {gi: list(run.arms[gi]) for gi in alive}
+        while alive and not budget.spent():
+            run.rounds += 1
+            for gi in alive:
+                for arm in live_arms[gi][:width]:
+                    self._grow(run.groupings[gi], arm, per_arm, budget, lambda c, gi=gi: run.consider(gi, c))
+                    if budget.spent():
                         break
-                    ranked = sorted(alive, key=lambda gi: (min(a.best for a in active(gi)), gi))
-                    alive = ranked[: max(1, (len(ranked) + 1) // 2)]
-                    for gi in alive:  # the better half of the explored splits; unexplored ones wait their turn
-                        explored = sorted((a for a in live_arms[gi] if a.population), key=lambda a: a.best)
-                        waiting = [a for a in live_arms[gi] if not a.population]
-                        live_arms[gi] = explored[: max(1, (len(explored) + 1) // 2)] + waiting
-                    per_arm *= 2
-
-        search()
-        seconds = time.monotonic() - start
-        if best is None:
-            return HybridResult(None, None, math.inf, budget.evals, seconds, rounds)
-        score, gi, cand = best
-        return HybridResult(all_groupings[gi], cand.options, score, budget.evals, seconds, rounds)
+                if budget.spent():
+                    break
+            if progress and run.best is not None:
+                text = f"hybrid: cycle {run.cycle} round {run.rounds}, {len(alive)} groupings, best {run.best[0]:.3g} s"
+                progress(text, 0.0)
+            if len(alive) == 1 and len(live_arms[alive[0]][:width]) == 1:
+                break
+            ranked = sorted(alive, key=lambda gi: (min(a.best for a in live_arms[gi][:width]), gi))
+            alive = ranked[: max(1, (len(ranked) + 1) // 2)]
+            for gi in alive:  # the better half of the explored splits; unexplored ones wait their turn
+                explored = sorted((a for a in live_arms[gi] if a.population), key=lambda a: a.best)
+                waiting = [a for a in live_arms[gi] if not a.population]
+                live_arms[gi] = explored[: max(1, (len(explored) + 1) // 2)] + waiting
+            per_arm *= 2
 
     def _grow(self, grouping, arm: Arm, evals: int, budget: Budget, consider) -> None:
         """Spend `evals` evaluations on one split: fill the population, then mutate rank-biased parents

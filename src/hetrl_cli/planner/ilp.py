@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hetrl_cli.artifacts.rl import PHASES, SYNCED, sync_roles
-from hetrl_cli.artifacts.workload import TaskName
+from hetrl_cli.costmodel.compose import BOUNDARIES, SPANS, WEIGHT_SYNC, Lane, iteration_s, lanes, overlaps, span
+from hetrl_cli.planner.search import Budget, Subset
 from hetrl_cli.planner.space import (
     GRANULARITIES,
     Granularity,
@@ -30,7 +31,10 @@ from hetrl_cli.planner.space import (
 )
 from hetrl_cli.planner.tables import PHASE_OF, GroupOption, PairSpec, Tables
 
-Subset = tuple[TaskName, ...]
+TABLES_SHARE = 0.6
+"""Share of the ILP's budget within which its tables are built (the MILPs get the rest)."""
+MIN_SOLVE_S = 0.2
+"""A MILP is started only with more than this many seconds left."""
 
 
 @dataclass
@@ -66,8 +70,9 @@ def choose_granularity(tables: Tables, max_pools: int) -> Granularity | None:
     return best
 
 
-def build_space(tables: Tables, granularity: Granularity, deadline: float | None = None) -> IlpSpace:
-    """Enumerate pools and groupings and fill every table the MILP reads (cost-model calls happen here)."""
+def build_space(tables: Tables, granularity: Granularity, budget: Budget | None = None) -> IlpSpace:
+    """Enumerate pools and groupings and fill every table the MILP reads (cost-model calls happen here); past
+    the `budget`'s deadline the larger pools are left out (`IlpSpace.complete`)."""
     classes = tables.classes
     pools = enumerate_pools(classes, granularity)
     all_groupings = groupings(tables.tasks)
@@ -77,7 +82,7 @@ def build_space(tables: Tables, granularity: Granularity, deadline: float | None
     # Small pools first: under a deadline the space stays a clean "pools up to size n" prefix.
     order = sorted(range(len(pools)), key=lambda i: (sum(len(canonical[i]) for _ in [0]), i))
     for p in order:
-        if deadline is not None and time.monotonic() > deadline:
+        if budget is not None and budget.remaining_s() < 0:
             space.complete = False
             break
         for s, subset in enumerate(subsets):
@@ -364,28 +369,39 @@ class IlpModel:
                 lp.row(_expr((1.0, tau), (-1.0, rhs), (-big, self.x[s, p1])), lower=-big)
 
     def h_iteration(self) -> None:
-        """(h) T ≥ Σ z + ω + Σ τ (sync); async with generation alone: T ≥ max(z_0 + ω, B_0 + z_1 + B_1 + z_2)
-        with B_b = Σ τ over boundary b."""
+        """(h) One row T ≥ Σ terms per lane of the composition (costmodel/compose.py), with span:k = z_k,
+        boundary:1 = τ0, boundary:2 = Σ τ1, weight_sync = ω. An async workload whose space has the
+        `(generation,)` group switches with Y = its x: the async lanes T ≥ lane − M(1−Y), the sync lane
+        T ≥ lane − M·Y."""
         lp = self.lp
-        transfers = _expr((1.0, self.tau0), *((1.0, t) for t in self.tau1.values()))
-        sync = _expr(*((1.0, z) for z in self.z), (1.0, self.omega), (1.0, transfers))
         alone = ("generation",)
-        if self.tables.workload.mode == "async" and alone in self.sidx:
+        if overlaps(self.tables.workload.mode, self.sidx):
             s = self.sidx[alone]
             y_alone = _sum(self.x[s, p] for p in self.by_subset.get(s, []))
             big = self._upper_bound()
-            rest = _expr(*((1.0, z) for z in self.z[1:]), (1.0, transfers))
-            lp.row(_expr((1.0, self.z[0]), (1.0, self.omega), (big, y_alone), (-1.0, self.T)), upper=big)
-            lp.row(_expr((1.0, rest), (big, y_alone), (-1.0, self.T)), upper=big)
-            lp.row(_expr((1.0, sync), (-big, y_alone), (-1.0, self.T)), upper=0.0)
+            for lane in lanes(True):
+                lp.row(_expr((1.0, self._lane(lane)), (big, y_alone), (-1.0, self.T)), upper=big)
+            for lane in lanes(False):
+                lp.row(_expr((1.0, self._lane(lane)), (-big, y_alone), (-1.0, self.T)), upper=0.0)
         else:
-            lp.row(_expr((1.0, sync), (-1.0, self.T)), upper=0.0)
+            for lane in lanes(False):
+                lp.row(_expr((1.0, self._lane(lane)), (-1.0, self.T)), upper=0.0)
+
+    def _lane(self, lane: Lane) -> dict[int, float]:
+        """Σ of a lane's terms as columns, in column order (so each row is, entry for entry, the one written
+        out by hand before the lanes were shared)."""
+        term = {
+            **{name: {z: 1.0} for name, z in zip(SPANS, self.z, strict=True)},
+            BOUNDARIES[0]: {self.tau0: 1.0},
+            BOUNDARIES[1]: _sum(self.tau1.values()),
+            WEIGHT_SYNC: {self.omega: 1.0},
+        }
+        expr = _expr(*((1.0, term[name]) for part in lane for name in part))
+        return dict(sorted(expr.items()))
 
     def _upper_bound(self) -> float:
         sp = self.space
-        phase = sum(
-            max([self.tables.floor[i], *(o.phase_s[i] for o in sp.options.values())]) for i in range(len(PHASES))
-        )
+        phase = sum(span((o.phase_s[i] for o in sp.options.values()), self.tables.floor[i]) for i in range(len(PHASES)))
         pairs = len(self.tables.tasks) * sum(max(t.values(), default=0.0) for t in sp.pair_costs.values())
         same = max(sp.same_sync.values(), default=0.0)
         return phase + pairs + same + 1.0
@@ -560,13 +576,8 @@ def lower_bound(tables: Tables, space: IlpSpace, grouping: tuple[Subset, ...]) -
             return math.inf
         per_group.append([min(o.phase_s[i] for o in opts) for i in range(len(PHASES))])
     spans = [
-        max(
-            [
-                tables.floor[i],
-                *(t[i] for t, g in zip(per_group, grouping, strict=True) if any(PHASE_OF[x] == i for x in g)),
-            ]
-        )
-        for i in range(len(PHASES))
+        span((t[i] for t, g in zip(per_group, grouping, strict=True) if any(PHASE_OF[x] == i for x in g)), floor)
+        for i, floor in enumerate(tables.floor)
     ]
     ws = 0.0
     for role, apart in sync_roles({t: g for g in grouping for t in g}):
@@ -575,14 +586,12 @@ def lower_bound(tables: Tables, space: IlpSpace, grouping: tuple[Subset, ...]) -
         else:  # the actor's local reshard inside the generation group
             s = index[next(g for g in grouping if "generation" in g)]
             ws += min((v for (ss, _), v in space.same_sync.items() if ss == s), default=0.0)
-    if tables.workload.mode == "async" and ("generation",) in grouping:
-        return max(spans[0] + ws, spans[1] + spans[2])
-    return sum(spans) + ws
+    return iteration_s(spans, (0.0, 0.0), ws, overlaps(tables.workload.mode, grouping))
 
 
 def solve_ilp(
     tables: Tables,
-    budget_s: float,
+    budget: Budget,
     *,
     max_pools: int = 150,
     granularity: Granularity | None = None,
@@ -590,15 +599,16 @@ def solve_ilp(
 ) -> tuple[IlpResult, IlpSpace | None, str]:
     """Build the space at the finest affordable granularity, then branch over L1: one MILP per grouping in
     increasing lower bound, each cut off at the incumbent, skipped when its bound cannot beat it. The
-    reported bound is the minimum over groupings of what is proven (MILP bound, cheap bound, or +inf)."""
-    start = time.monotonic()
+    reported bound is the minimum over groupings of what is proven (MILP bound, cheap bound, or +inf). The
+    tables get TABLES_SHARE of what is left of the `budget`, the MILPs the rest."""
+    budget = budget.from_now()
     gran = granularity or choose_granularity(tables, max_pools)
     if gran is None:
         n = count_pools(tables.classes, "host")
         return IlpResult("toolarge", None, None, 0.0), None, f"ILP space too large ({n} whole-host pools)"
     if progress:
         progress(f"ILP: tables at {gran} granularity")
-    space = build_space(tables, gran, deadline=start + 0.6 * budget_s)
+    space = build_space(tables, gran, budget.first(TABLES_SHARE))
     bounds = {g: lower_bound(tables, space, g) for g in space.groupings}
     order = sorted(space.groupings, key=lambda g: (bounds[g], space.groupings.index(g)))
     best: IlpResult | None = None
@@ -611,8 +621,8 @@ def solve_ilp(
         if best is not None and bounds[grouping] >= best.objective * (1 - 1e-9):
             proven[grouping] = bounds[grouping]
             continue
-        remaining = budget_s - (time.monotonic() - start)
-        if remaining <= 0.2:
+        remaining = budget.remaining_s()
+        if remaining <= MIN_SOLVE_S:
             exhausted = True
             break
         if progress:

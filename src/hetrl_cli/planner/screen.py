@@ -28,18 +28,15 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hetrl_cli.artifacts.rl import PHASES
 from hetrl_cli.artifacts.workload import TaskName
+from hetrl_cli.costmodel.compose import iteration_s
+from hetrl_cli.planner.search import IDLE, Budget, Candidate, GenomeSearch, Subset
 from hetrl_cli.planner.tables import PHASE_OF, PairSpec
 
-if TYPE_CHECKING:
-    from hetrl_cli.planner.hybrid import Budget, Candidate, Hybrid
-
-Subset = tuple[TaskName, ...]
 Row = tuple[int, ...]
 Phases = tuple[float, ...]
 
@@ -93,7 +90,7 @@ class _Search:
 class Screen:
     """State of one screen over `search`'s blocks and tables (docs above)."""
 
-    def __init__(self, search: Hybrid, all_groupings: Sequence[tuple[Subset, ...]], budget: Budget) -> None:
+    def __init__(self, search: GenomeSearch, all_groupings: Sequence[tuple[Subset, ...]], budget: Budget) -> None:
         self.search = search
         self.tables = search.tables
         self.groupings = all_groupings
@@ -135,8 +132,6 @@ class Screen:
 
     def genome(self, rows: Sequence[Row]) -> list[int]:
         """Group g takes the next rows[g][c] blocks of class c (in order); the rest idle."""
-        from hetrl_cli.planner.hybrid import IDLE
-
         genome = [IDLE] * len(self.search.blocks)
         for c in range(self.k):
             at = 0
@@ -153,8 +148,6 @@ class Screen:
         share: without them nothing ranks the groupings (False only when the whole budget is spent); then on
         the first x blocks of each class (within TABLES_SHARE of the screen's share; missing ones leave the
         proxy to the unions). One evaluation per device set."""
-        from hetrl_cli.planner.hybrid import IDLE
-
         tasks = self.tables.tasks
         for mask in sorted(range(1, 2**self.k), key=lambda m: (-bin(m).count("1"), m)):
             if self.budget.spent():
@@ -409,11 +402,10 @@ def _mask(row: Row) -> int:
 
 
 def _compose(span: Sequence[float], weight_sync: float, transfers: float, overlap: bool) -> float:
-    """compose() of phase spans, weight sync and the summed transfers (three phases: generation, inference,
-    training; async with generation alone overlaps the first with the other two)."""
-    if overlap:
-        return max(span[0] + weight_sync, transfers + span[1] + span[2])
-    return span[0] + span[1] + span[2] + transfers + weight_sync
+    """The composition (costmodel/compose.py) of phase spans, weight sync and the transfers as the branch and
+    bound sums them, one pair at a time: all at the first boundary, 0 s at the second (adding 0 s changes no
+    digit, so this is the iteration to the last digit)."""
+    return iteration_s(span, (transfers, 0.0), weight_sync, overlap)
 
 
 def _branch_and_bound(tabs, specs, local_sync, pair_cost, capacity, overlap, floor, skip) -> list:

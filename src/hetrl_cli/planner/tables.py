@@ -1,10 +1,9 @@
 """Cost tables the solvers read: the best layouts of a group's tasks on a device set, and the pairwise terms
 (weight sync, transfers) between two groups. Every number comes from the cost model; nothing is modelled here.
 
-The iteration composition (the cost model's, mirrored so the ILP can write it as linear constraints):
-  sync:  Σ_phases max_groups (Σ of the group's task times in the phase) + Σ transfers + weight sync
-  async: max(generation + weight sync, rest) when the generation group holds only generation, else sync
-`compose()` is that formula; tests assert it equals `CostModel.evaluate()` on every plan a solver returns.
+A plan's iteration is the cost model's composition (costmodel/compose.py) over these tables, with the
+planner's floor under the phase spans (`Tables.compose`); tests assert it equals `CostModel.evaluate()` on
+every plan a solver returns.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from hetrl_cli.artifacts.profile import ClusterProfile
 from hetrl_cli.artifacts.rl import PHASES, SYNCED, sync_roles
 from hetrl_cli.artifacts.workload import TASK_ROLE, TaskName, Workload
+from hetrl_cli.costmodel.compose import iteration_s, overlaps, span
 from hetrl_cli.costmodel.types import GroupPlacement, TaskEstimate, TaskPlacement
 from hetrl_cli.planner.space import (
     DeviceClass,
@@ -113,7 +113,8 @@ class Tables:
         self._alone: dict[tuple, list] = {}
         rule = getattr(cost_model, "rule_reward_s", lambda: 0.0)()
         self.floor: tuple[float, ...] = tuple(rule if "reward" in phase else 0.0 for phase in PHASES)
-        """Seconds per phase that run on no device (the rule-based reward, on the driver)."""
+        """Seconds per phase that run on no device (the rule-based reward, on the driver): the composition's
+        floors, which the cost model's evaluate does not have (costmodel/compose.py says why)."""
         self._pair: dict[tuple, float] = {}
         self._specs: dict[tuple, list[PairSpec]] = {}
 
@@ -273,10 +274,25 @@ class Tables:
     # --- whole plans ---------------------------------------------------------------------------
 
     def score(self, grouping: Sequence[tuple[TaskName, ...]], options: Sequence[GroupOption]) -> float:
-        """Iteration seconds of a plan from its group options (compose() over cached tables)."""
+        """Iteration seconds of a plan from its group options (`compose` over cached tables)."""
         self.counters.plan_scores += 1
         weight_sync, boundary = self.terms(grouping, options)
-        return compose(self.workload.mode, grouping, [o.phase_s for o in options], weight_sync, boundary, self.floor)
+        return self.compose(grouping, [o.phase_s for o in options], weight_sync, boundary)
+
+    def compose(
+        self,
+        grouping: Sequence[tuple[TaskName, ...]],
+        phase_s: Sequence[Sequence[float]],
+        weight_sync: float,
+        boundary: Sequence[float],
+    ) -> float:
+        """The iteration (`costmodel.compose.iteration_s`) from per-group phase seconds, each phase's span at
+        least its `floor` (the rule-based reward on the driver CPU in phase 2)."""
+        spans = [
+            span((p[i] for p, g in zip(phase_s, grouping, strict=True) if _in_phase(g, i)), self.floor[i])
+            for i in range(len(PHASES))
+        ]
+        return iteration_s(spans, boundary, weight_sync, overlaps(self.workload.mode, grouping))
 
     def terms(
         self, grouping: Sequence[tuple[TaskName, ...]], options: Sequence[GroupOption]
@@ -329,25 +345,6 @@ def pair_specs(cost_model, workload: Workload, grouping: Sequence[tuple[TaskName
         boundary = 1 if name.endswith(":experience") else 0
         specs.append(PairSpec(name, index[src], index[dst], float(nbytes), boundary=boundary))
     return specs
-
-
-def compose(
-    mode: str,
-    grouping: Sequence[tuple[TaskName, ...]],
-    phase_s: Sequence[Sequence[float]],
-    weight_sync: float,
-    boundary: Sequence[float],
-    floor: Sequence[float] = (0.0, 0.0, 0.0),
-) -> float:
-    """`costmodel.compose.compose_iteration` over per-group phase seconds; `floor[i]` is a phase time that
-    runs on no device (the rule-based reward on the driver CPU in phase 2)."""
-    spans = [
-        max([floor[i], *(p[i] for p, g in zip(phase_s, grouping, strict=True) if _in_phase(g, i))])
-        for i in range(len(PHASES))
-    ]
-    if mode == "async" and any(g == ("generation",) for g in grouping):
-        return max(spans[0] + weight_sync, boundary[0] + spans[1] + boundary[1] + spans[2])
-    return sum(spans) + sum(boundary) + weight_sync
 
 
 def _in_phase(group: Sequence[TaskName], phase: int) -> bool:
