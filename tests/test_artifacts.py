@@ -263,3 +263,21 @@ def test_fingerprint_changes_with_the_hardware(change) -> None:
     data = json.loads(dump_artifact(base))
     change(data)
     assert ClusterProfile.model_validate(data).compute_fingerprint() != base.fingerprint
+
+
+def test_saving_into_a_fifo_writes_through_it_and_leaves_it_a_fifo(tmp_path: Path) -> None:
+    """`-o /dev/null` or a named pipe: write into it; a temp file renamed over it would replace the node."""
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    save_artifact(Workload(), fifo)
+    reader.join(timeout=10)
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert json.loads(received[0])["kind"] == "workload"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
