@@ -8,7 +8,7 @@ APT_PACKAGES := openssh-server iproute2
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.hetrl-setup
 
-.PHONY: setup setup-vllm demo test test-fast lint bench clean
+.PHONY: setup setup-vllm demo test test-fast lint bench docs clean
 
 setup: $(STAMP)
 
@@ -56,6 +56,10 @@ test-fast: setup
 lint: setup
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
+
+# docs/workload.md is generated from the workload model's field docs (a test checks it is current).
+docs: setup
+	$(PY) -m hetrl_cli.artifacts.reference > docs/workload.md
 
 bench: setup
 	$(PY) bench/cli_startup.py

@@ -42,9 +42,12 @@ class LengthDistribution(Strict):
 
 
 class DatasetSpec(Strict):
+    """Where `hetrl run` takes its prompts from (the planner reads only the token limits)."""
+
     kind: Literal["toy", "gsm8k-jsonl"] = "toy"
     """`toy`: built-in task the tiny model learns on CPU; `gsm8k-jsonl`: lines with `prompt` and `answer`."""
     path: str | None = None
+    """The JSONL file for `gsm8k-jsonl`, on the host that runs the driver; None for `toy`."""
 
 
 class RLSpec(Strict):
@@ -69,6 +72,7 @@ class RLSpec(Strict):
     grad_clip: float = Field(default=1.0, gt=0)
     """Max global gradient norm before each optimizer step."""
     weight_decay: float = Field(default=0.0, ge=0)
+    """Decoupled weight decay of AdamW (L2 for Adam and SGD); 0 = none."""
 
 
 class Workload(Artifact):
@@ -78,10 +82,17 @@ class Workload(Artifact):
     SCHEMA_VERSION: ClassVar[int] = 1
 
     kind: Literal["workload"] = "workload"
+    """Always `workload` (may be omitted in hand-written YAML)."""
     name: str = "default"
+    """A label, shown by `show` and recorded in plans and runs."""
     algorithm: Algorithm = "grpo"
+    """`grpo` (group-normalised advantage, no critic) or `ppo` (GAE with a critic). Plan: which tasks exist
+    (PPO adds critic inference and critic training); run: the advantage and loss (artifacts/rl.py)."""
     mode: Mode = "sync"
+    """`sync` (on-policy, phases in order) or `async` (one-step off-policy: the next step's generation overlaps
+    this step's training). Plan: async overlaps only when generation has a group of its own."""
     actor: ModelSpec = Field(default_factory=lambda: ModelSpec(arch="qwen3-8b"))
+    """The policy: generation and actor training run it (and the reference, unless `reference` is given)."""
     critic: ModelSpec | None = None
     """Required for PPO; ignored (and must be absent) for GRPO."""
     reference: ModelSpec | None = None
@@ -89,26 +100,39 @@ class Workload(Artifact):
     reward: ModelSpec | None = None
     """None = a rule-based reward (no model, no devices)."""
     prompts_per_step: int = Field(default=128, gt=0)
+    """Prompts a step samples from the dataset. Plan and run: the batch is prompts × responses sequences."""
     responses_per_prompt: int = Field(default=8, gt=0)
+    """Responses generated per prompt (GRPO's group size: at least 2)."""
     max_prompt_tokens: int = Field(default=1024, gt=0)
+    """Prompt length bound in tokens. Plan: prefill work, KV cache and activation memory; run: longer prompts
+    are cut."""
     max_response_tokens: int = Field(default=1024, gt=0)
+    """Response length bound in tokens (generation stops there). Plan: decode steps and memory; run: the
+    engine's max new tokens."""
     response_length: LengthDistribution = Field(default_factory=LengthDistribution)
+    """Expected response lengths as fractions of max_response_tokens (plan only: decode time, load balance)."""
     micro_batch: int = Field(default=8, gt=0)
     """Sequences per forward/backward micro-batch in training and inference tasks."""
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    """Number format of weights and compute. Plan: FLOP/s rate and bytes per parameter."""
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    """Optimizer of the training tasks. Plan: optimizer state bytes (Adam: two moments) and step traffic."""
     sharding: Literal["none", "zero1", "zero2", "zero3"] = "none"
     """Optimizer/gradient/parameter sharding across DP replicas (zero3 = FSDP full shard)."""
     recompute: bool = False
     """Activation recomputation in training (less memory, ~1/3 more compute)."""
     ppo_epochs: int = Field(default=1, gt=0)
+    """Update passes over each step's batch. Plan: training time scales with it; run: that many optimizer
+    steps per RL step."""
     dataset: DatasetSpec = Field(default_factory=DatasetSpec)
+    """Prompt source of `hetrl run`."""
     reward_rule: str = "numeric-answer"
     """Rule-based reward used when `reward` is None: `numeric-answer`, `toy`, or your own `module:function`
     called as fn(prompt, response, answer) -> float (run/validate need --allow-user-reward to import it)."""
     rl: RLSpec = Field(default_factory=RLSpec)
     """Learning rates, KL, clipping, GAE and sampling settings used by `hetrl run`."""
     seed: int = 0
+    """Seed of prompt sampling, initialisation and per-sequence sampling noise (same seed, same run)."""
 
     @field_validator("reward_rule")
     @classmethod
