@@ -95,7 +95,10 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
 
     # `hetrl show -` blocks reading stdin: interrupt it there, as a user pressing Ctrl-C would.
     hetrl = str(Path(sys.executable).with_name("hetrl"))
-    proc = subprocess.Popen([hetrl, "show", "-"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    from interrupt import default_sigint
+
+    proc = subprocess.Popen([hetrl, "show", "-"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)  # fmt: skip
     time.sleep(1.5)
     os.kill(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=30)

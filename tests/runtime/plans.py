@@ -101,7 +101,10 @@ def disaggregated(workload: Workload, d0: str = D0, d1: str = D1) -> Plan:
 
 def interrupt_after_first_step(argv: list[str], run_dir: Path, deadline_s: float, cwd: Path | None = None):
     """Start `hetrl run` (argv), press Ctrl-C once its first step is logged; -> (exit code, stderr)."""
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    from interrupt import default_sigint
+
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)  # fmt: skip
     try:
         deadline = time.monotonic() + deadline_s
         while not (run_dir / "metrics.jsonl").exists():
