@@ -152,3 +152,30 @@ def test_off_a_terminal_without_columns_lines_stay_whole(tmp_path: Path) -> None
     bottleneck = [line for line in shown.stdout.splitlines() if line.startswith("Bottleneck:")]
     assert len(bottleneck) == 1 and bottleneck[0].rstrip().endswith("of it")
     assert len(bottleneck[0]) > 80
+
+
+def test_plan_json_prints_the_plan_and_show_json_is_format_json(hetrl, tmp_path: Path) -> None:
+    import json
+
+    root = Path(__file__).parent.parent
+    made = hetrl("plan", "profiles/paper-single-region.json", "--solver", "verl", "--json", cwd=root)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["kind"] == "plan"
+    assert "wrote" not in made.stderr
+    (tmp_path / "p.json").write_text(made.stdout)
+    as_flag = hetrl("show", tmp_path / "p.json", "--json")
+    as_format = hetrl("show", tmp_path / "p.json", "--format", "json")
+    assert as_flag.returncode == 0 and as_flag.stdout == as_format.stdout
+    assert json.loads(as_flag.stdout)["plan"] == "paper-single-region-verl"
+
+
+def test_an_unwritable_output_is_refused_before_the_search(hetrl, tmp_path: Path) -> None:
+    """A 60 s search must not run only to find that -o names a directory."""
+    root = Path(__file__).parent.parent
+    result = hetrl("plan", "profiles/paper-single-region.json", "--solver", "hybrid", "--budget", "60s",
+                   "-o", tmp_path, cwd=root, timeout=20)  # fmt: skip
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == f"hetrl: error: {tmp_path}: is a directory; name a file in it (e.g. {tmp_path / 'out.json'})"
+    )

@@ -192,9 +192,12 @@ def plan(
     calibration: Annotated[
         str | None, typer.Option("--calibration", help="Calibration JSON from 'hetrl calibrate' for this profile.")
     ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the plan on stdout, nothing else (also written to -o if given).")
+    ] = False,
 ) -> None:
     """Choose task grouping, devices and TP/PP/DP per task that minimise predicted iteration time."""
-    from hetrl_cli.artifacts.io import load_artifact, save_artifact
+    from hetrl_cli.artifacts.io import check_writable, load_artifact, save_artifact
     from hetrl_cli.artifacts.profile import ClusterProfile
     from hetrl_cli.artifacts.workload import Workload, load_workload
 
@@ -208,6 +211,8 @@ def plan(
     cluster = load_artifact(profile_file, ClusterProfile)
     workload = load_workload(workload_file) if workload_file else Workload()
     factors = _calibration_factors(calibration, cluster.fingerprint or cluster.compute_fingerprint())
+    if output is not None:
+        check_writable(output)
     from hetrl_cli.planner.api import make_plan
 
     result = make_plan(
@@ -220,9 +225,11 @@ def plan(
         name=name,
         calibration=factors,
     )
-    target = output or f"plans/{result.name}.json"
+    target = output or ("-" if json_out else f"plans/{result.name}.json")
     save_artifact(result, target)
-    if target != "-":
+    if json_out and target != "-":
+        save_artifact(result, "-")
+    elif target != "-":
         console.print(
             f"wrote {target}: {result.cost.iteration_s:.3g} s/iteration, "
             f"{result.cost.samples_per_s:.3g} samples/s ({result.solver.solver}, {result.solver.status})"
@@ -242,6 +249,7 @@ def show(
     svg: Annotated[
         Path | None, typer.Option("--svg", help="Also write the timeline (a run: its charts) as SVG.")
     ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="The same as --format json.")] = False,
 ) -> None:
     """Make a plan readable (summary, groups, tasks, per-host map, timeline, memory, bottleneck), or a run
     directory (metrics over steps as sparklines, measured vs predicted per task, peak memory)."""
@@ -250,6 +258,10 @@ def show(
     from hetrl_cli.artifacts.profile import ClusterProfile
     from hetrl_cli.render.run import is_run_dir
 
+    if json_out:
+        if fmt not in ("table", "json"):
+            raise BadInput(f"--json and --format {fmt} ask for two formats; give one")
+        fmt = "json"
     if is_run_dir(plan_file):
         if compare or profile_file:
             raise BadInput("--compare and --profile apply to plans; a run directory is shown on its own")

@@ -68,6 +68,21 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         raise
 
 
+def check_writable(path: str | Path) -> None:
+    """Refuse an output path before the work that fills it (a plan search takes a minute): a directory, or a
+    place whose nearest existing folder cannot be written. The write itself still reports what it meets."""
+    if str(path) == STDIO:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise Unwritable(f"{path}: is a directory; name a file in it (e.g. {target / 'out.json'})")
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise Unwritable(f"{path}: cannot write here ({folder} is not a writable folder); choose a writable path")
+
+
 def _write_special(target: Path, text: str) -> None:
     """Write straight into a device or pipe (there is no half-written file to avoid)."""
     try:
