@@ -43,10 +43,10 @@ from hetrl_cli.calibration.candidates import scored_plan
 from hetrl_cli.calibration.fit import COMM_TERMS, fit_calibration, link_kind
 from hetrl_cli.calibration.validate import load_run, validate_run
 from hetrl_cli.costmodel.model import CostModel
-from hetrl_cli.costmodel.simulate import rescore
 from hetrl_cli.emulate.api import emulate_down, emulate_up, host_cpu_sets
 from hetrl_cli.emulate.spec import load_spec
 from hetrl_cli.planner.api import make_plan
+from hetrl_cli.planner.build import placement_from_plan, rescore
 from hetrl_cli.profiling.remote import ProfileOptions, profile_hosts
 from hetrl_cli.runtime.api import RunOptions, run_plan
 
@@ -403,7 +403,7 @@ def _device_facts(profile: ClusterProfile, device_id: str) -> dict:
 def link_kinds(plan: Plan, profile: ClusterProfile) -> tuple[str, ...]:
     """The link kinds a plan's tasks communicate over (TP, PP, DP terms the cost model charges)."""
     model = CostModel(profile, plan.workload)
-    estimate = model.evaluate(*model.placement_from_plan(plan))
+    estimate = model.evaluate(*placement_from_plan(plan))
     kinds = {
         link_kind(est.links.get(term, ""))
         for est in estimate.tasks.values()

@@ -27,7 +27,7 @@ from hetrl_cli.artifacts.workload import Workload, load_workload
 from hetrl_cli.calibration.candidates import candidate_plans
 from hetrl_cli.calibration.fit import fit_calibration
 from hetrl_cli.calibration.validate import abs_error_stats, load_run, validate_run
-from hetrl_cli.costmodel.simulate import rescore
+from hetrl_cli.planner.build import rescore
 from hetrl_cli.runtime.api import RunOptions, run_plan
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,8 +16,8 @@ from hetrl_cli.calibration.candidates import candidate_plans
 from hetrl_cli.calibration.fit import fit_calibration, link_kind, nnls
 from hetrl_cli.calibration.validate import NO_MEMORY_NOTE, validate_run
 from hetrl_cli.costmodel.model import CostModel
-from hetrl_cli.costmodel.simulate import rescore
 from hetrl_cli.errors import BadInput
+from hetrl_cli.planner.build import placement_from_plan, rescore
 
 PROFILE = Path(__file__).parent / "data" / "localhost-2cpu.json"
 WORKLOAD = Path(__file__).resolve().parents[2] / "examples" / "tiny-grpo.yaml"
@@ -142,7 +142,7 @@ def test_fit_recovers_a_slow_link_kind_as_lower_bandwidth(tmp_path, profile) -> 
     slow = with_intra_bandwidth(profile, 2e8)
     plans = candidate_plans(slow, load_workload(WORKLOAD), D0, D1)
     model = CostModel(slow, plans["colocated-50"].workload)
-    estimate = model.evaluate(*model.placement_from_plan(plans["colocated-50"]))
+    estimate = model.evaluate(*placement_from_plan(plans["colocated-50"]))
     train = estimate.tasks["actor_train"]
     assert train.terms["dp_allreduce"] > 0.1 * train.cost.total_s  # the link matters here
     kind = link_kind(train.links["dp_allreduce"])
@@ -166,7 +166,7 @@ def test_fit_charges_a_remote_weight_sync_to_its_link_kind(tmp_path, profile) ->
     slow = with_intra_bandwidth(profile, 5e7)
     plans = candidate_plans(slow, load_workload(WORKLOAD), D0, D1)
     model = CostModel(slow, plans["gen|ref+train"].workload)
-    groups, placements = model.placement_from_plan(plans["gen|ref+train"])
+    groups, placements = placement_from_plan(plans["gen|ref+train"])
     ((role, train, infer),) = model.weight_syncs(placements, groups)
     local_s, remote_s, label, tensors_s, _ = model.weight_sync_parts(train, infer, role)
     assert local_s == 0 and remote_s > tensors_s  # the copy over the link is most of the sync

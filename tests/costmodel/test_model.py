@@ -13,6 +13,7 @@ from hetrl_cli.costmodel.architectures import BUILTIN
 from hetrl_cli.costmodel.compose import compose_iteration, spans
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
+from hetrl_cli.planner.build import placement_from_plan, to_plan
 
 from .conftest import make_profile
 
@@ -462,7 +463,7 @@ def test_generation_host_work_runs_at_the_measured_decode_rate() -> None:
     """Where the profile measured decode_steps_per_s, generation's per-step host work (the built-in decode-step
     overhead and the calibrated fixed overhead) scales by the rates' ratio to the fastest-measured host (a
     quarter-core host at a fifth of its rate: 5×); other tasks' overheads keep the core share's 4×."""
-    from hetrl_cli.costmodel.model import decode_slowdowns
+    from hetrl_cli.costmodel.devices import decode_slowdowns
 
     def cpu(host: str, cores: float, rate: float | None):
         return _cpu_device(host, cores, decode_steps_per_s=rate)
@@ -484,7 +485,7 @@ def test_cpu_compute_rates_follow_the_measured_forward_rates() -> None:
     matmul figure and the others take its figure times their rate's ratio (a host at a fifth of the rate gets a
     fifth of the FLOP/s whatever its own matmul said); unmeasured devices keep their own figure, and the cost
     model's compute time and the planner's class speed follow."""
-    from hetrl_cli.costmodel.model import compute_tflops
+    from hetrl_cli.costmodel.devices import compute_tflops
     from hetrl_cli.planner.space import device_classes
 
     def cpu(host: str, tflops: float, rate: float | None):
@@ -514,14 +515,14 @@ def test_to_plan_and_back(mixed_profile, grpo_small) -> None:
     cm = CostModel(mixed_profile, grpo_small)
     groups, placements = split_groups(["l0/0", "l0/1"], ["a0/0", "l0/2"])
     est = cm.evaluate(groups, placements)
-    plan = cm.to_plan(est, groups, SolverStats(solver="manual", status="heuristic"), "p1")
+    plan = to_plan(cm, est, groups, SolverStats(solver="manual", status="heuristic"), "p1")
     assert plan.profile_fingerprint == mixed_profile.fingerprint
     assert plan.created_at.endswith("Z")
     tp = plan.task("actor_train")
     assert (tp.dp, tp.pp, tp.tp) == (2, 1, 1)
     assert tp.replicas[0].batch_share > tp.replicas[1].batch_share
     assert plan.cost.iteration_s == pytest.approx(est.iteration_s)
-    g2, p2 = cm.placement_from_plan(plan)
+    g2, p2 = placement_from_plan(plan)
     again = cm.evaluate(g2, p2)
     assert again.iteration_s == pytest.approx(est.iteration_s)
 
@@ -533,7 +534,7 @@ def test_to_plan_refuses_infeasible(mixed_profile) -> None:
     groups, placements = split_groups(["l0/0"], ["a0/0"])
     est = cm.evaluate(groups, placements)
     with pytest.raises(Infeasible, match="plan 'x' does not fit: a0/0 needs"):
-        cm.to_plan(est, groups, SolverStats(solver="manual", status="heuristic"), "x")
+        to_plan(cm, est, groups, SolverStats(solver="manual", status="heuristic"), "x")
 
 
 def test_weight_sync_feeds_regions_from_different_training_hosts() -> None:

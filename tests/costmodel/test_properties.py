@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetrl_cli.costmodel.model import BALANCE_TOLERANCE, CostModel
+from hetrl_cli.costmodel.model import CostModel
+from hetrl_cli.costmodel.tasks import BALANCE_TOLERANCE
 from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
 
 from .conftest import GRPO_SMALL as WORKLOAD

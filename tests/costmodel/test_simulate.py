@@ -3,9 +3,9 @@ import pytest
 from hetrl_cli.artifacts.plan import SolverStats
 from hetrl_cli.artifacts.workload import Workload
 from hetrl_cli.costmodel.model import CostModel
-from hetrl_cli.costmodel.simulate import rescore
 from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
 from hetrl_cli.errors import BadInput, Infeasible
+from hetrl_cli.planner.build import rescore, to_plan
 
 from .conftest import make_profile
 
@@ -23,7 +23,7 @@ def make_plan(profile, workload):
         TaskPlacement("actor_train", ((("a0/0", "a0/1"),),)),
     ]
     cm = CostModel(profile, workload)
-    return cm.to_plan(cm.evaluate(groups, placements), groups, SolverStats(solver="manual", status="heuristic"), "p")
+    return to_plan(cm, cm.evaluate(groups, placements), groups, SolverStats(solver="manual", status="heuristic"), "p")
 
 
 def test_rescore_on_slower_link_is_slower(grpo_small) -> None:

@@ -72,7 +72,7 @@ def test_cached_calls_agree_with_first_calls() -> None:
 
 def test_shared_class_estimates_equal_fresh_ones() -> None:
     """Class-level estimates are shared between group contexts that differ only in what cannot change them
-    (model._class_inputs): one placement scored next to many different mates on one warm model must equal
+    (costmodel.tasks.class_inputs): one placement scored next to many different mates on one warm model must equal
     the same call on a fresh model, where nothing is shared."""
     import random
 

@@ -43,6 +43,7 @@ def _short(task: str) -> str:
 def scored_plan(profile: ClusterProfile, workload: Workload, layout: Layout, name: str) -> Plan:
     """The layout as a Plan with the (uncalibrated) cost model's predictions."""
     from hetrl_cli.costmodel.model import CostModel
+    from hetrl_cli.planner.build import to_plan
 
     model = CostModel(profile, workload)
     groups, placements = [], []
@@ -52,7 +53,7 @@ def scored_plan(profile: ClusterProfile, workload: Workload, layout: Layout, nam
         placements += [TaskPlacement(t, replicas, batch_shares=shares) for t in tasks]
     estimate = model.evaluate(groups, placements)
     stats = SolverStats(solver="manual", status="heuristic", note=f"candidate layout {name}")
-    return model.to_plan(estimate, groups, stats, name)
+    return to_plan(model, estimate, groups, stats, name)
 
 
 def candidate_plans(profile: ClusterProfile, workload: Workload, a: str, b: str) -> dict[str, Plan]:

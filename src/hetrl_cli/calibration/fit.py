@@ -71,13 +71,14 @@ def _observations(runs: list[Run], profile: ClusterProfile, warmup: int):
     factor the cost model puts on a calibrated overhead there (CostModel.overhead_scale: the slowest host's
     speed for a task; summed over the syncs for the weight sync)."""
     from hetrl_cli.costmodel.model import CostModel
+    from hetrl_cli.planner.build import placement_from_plan
 
     names = {d.id: d.name for d in profile.devices}
     out = []
     for run_id, plan, metrics in runs:
         measured = measured_seconds(steady(metrics, warmup)[0])
         model = CostModel(profile, plan.workload)
-        groups, placements = model.placement_from_plan(plan)
+        groups, placements = placement_from_plan(plan)
         estimate = model.evaluate(groups, placements)
         for task, est in estimate.tasks.items():
             if measured.get(task):
@@ -224,7 +225,7 @@ def _factors(keys, x: np.ndarray) -> dict:
 
 def _residuals(runs: list[Run], profile: ClusterProfile, cal: dict, warmup: int) -> list[Residual]:
     """Exact re-scores of every run, uncalibrated and calibrated, per task with a measurement."""
-    from hetrl_cli.costmodel.simulate import rescore
+    from hetrl_cli.planner.build import rescore
 
     out = []
     for run_id, plan, metrics in runs:

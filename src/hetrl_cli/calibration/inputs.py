@@ -27,7 +27,7 @@ def find_profile(plan: Plan, given: str | None = None) -> ClusterProfile:
     from pathlib import Path
 
     from hetrl_cli.artifacts.io import load_artifact
-    from hetrl_cli.costmodel.simulate import PROFILE_DIR
+    from hetrl_cli.planner.build import PROFILE_DIR
 
     if given is not None:
         return load_artifact(given, ClusterProfile)

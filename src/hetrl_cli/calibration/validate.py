@@ -155,7 +155,7 @@ def validate_run_calibrated(
 ) -> Validation:
     """Validate a run against its plan re-scored with a calibration (made for the plan's profile)."""
     from hetrl_cli.calibration.inputs import find_profile, load_calibration
-    from hetrl_cli.costmodel.simulate import rescore
+    from hetrl_cli.planner.build import rescore
 
     plan, _ = load_run(run_dir)
     cluster = find_profile(plan, profile_file)

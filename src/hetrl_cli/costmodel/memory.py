@@ -18,13 +18,25 @@ Residency between colocated tasks (what a group's device holds while *another* t
                                copy is freed after rollout and rebuilt from the trainer's weights by the
                                local weight sync) or offload=True. The KV cache is always freed after rollout
                                (vLLM sleep mode), so it never counts against other tasks.
+
+Peak bytes of one pipeline stage of a forward task (`stage_memory`): inference holds weights + one
+micro-batch's activations (+ logits on the last stage); training holds model states (ZeRO-sharded) + the 1F1B
+activations in flight + logits. Generation's memory (weights + KV cache) is in generation.py.
 """
 
 from __future__ import annotations
 
-from hetrl_cli.artifacts.rl import TRAIN_TASKS, TaskName
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from hetrl_cli.artifacts.rl import HEAD, TRAIN_TASKS, TaskName
 from hetrl_cli.artifacts.workload import Workload
-from hetrl_cli.costmodel.architectures import DTYPE_BYTES
+from hetrl_cli.costmodel import constants as C
+from hetrl_cli.costmodel.architectures import DTYPE_BYTES, ArchSpec
+
+if TYPE_CHECKING:
+    from hetrl_cli.costmodel.devices import Stage
+    from hetrl_cli.costmodel.step import Step
 
 
 def weight_bytes_per_param(workload: Workload) -> int:
@@ -89,3 +101,100 @@ def resident_bytes_per_param(
         if workload.sharding == "zero3":
             w /= dp
     return w + opt
+
+
+def stage_memory(
+    step: Step,
+    task: TaskName,
+    stages: Sequence[Stage],
+    split: Sequence[int],
+    p: int,
+    m: int,
+    offload: bool,
+    names: frozenset[str],
+    dp: int,
+) -> tuple[float, str, float]:
+    """Stage p's peak bytes, what they are, and its weight reload seconds (offloaded inference); of the
+    split only its length and split[p] matter."""
+    arch = step.arch[task]
+    head = HEAD[task]
+    w = step.workload
+    st = stages[p]
+    mb_tok_max = w.micro_batch * step.seq_max
+    params_dev = step.stage_params(arch, head, split, p) / st.tp
+    if task in TRAIN_TASKS:
+        b, what = train_stage_bytes(step, arch, head, split, p, st, params_dev, m, mb_tok_max, dp)
+        return b, what, 0.0
+    wb = weight_bytes_per_param(w)
+    shares_trainer = task == "critic_inference" and "critic_train" in names  # runs on the trainer's weights
+    load_s = 0.0
+    wts = 0.0 if shares_trainer else params_dev * wb
+    if not shares_trainer and not weights_resident(task, names, offload):
+        load_s = params_dev * wb / C.HOST_DEVICE_Bps
+    work = mb_tok_max * arch.activation_bytes_per_token_layer(st.tp, False)
+    last = p == len(stages) - 1
+    logits = mb_tok_max * arch.vocab_size / st.tp * C.LOGITS_BYTES_PER_ENTRY if last and head == "lm" else 0
+    return wts + work + logits, "activations" if shares_trainer else "weights + activations", load_s
+
+
+def train_stage_bytes(
+    step: Step,
+    arch: ArchSpec,
+    head: str,
+    split: Sequence[int],
+    p: int,
+    st: Stage,
+    params_dev: float,
+    m: int,
+    mb_tok_max: float,
+    dp: int,
+) -> tuple[float, str]:
+    """Peak bytes on a training stage's device: model states (ZeRO-sharded) + 1F1B activations + logits."""
+    w = step.workload
+    pp = len(split)
+    zero = w.sharding if dp > 1 else "none"
+    weights = params_dev * weight_bytes_per_param(w) / (dp if zero == "zero3" else 1)
+    grads = params_dev * grad_bytes_per_param(w) / (dp if zero in ("zero2", "zero3") else 1)
+    opt = params_dev * optimizer_bytes_per_param(w) / (dp if zero != "none" else 1)
+    in_flight = min(pp - p, m)  # 1F1B: stage p holds pp − p micro-batches' activations
+    acts = in_flight * mb_tok_max * split[p] * arch.activation_bytes_per_token_layer(st.tp, w.recompute)
+    if w.recompute:  # one layer's full activations while it is recomputed
+        acts += mb_tok_max * arch.activation_bytes_per_token_layer(st.tp, False)
+    logits = 0.0
+    if p == pp - 1 and head == "lm":
+        response_share = w.max_response_tokens / step.seq_max
+        per_entry = C.TRAIN_LOGITS_BYTES_PER_ENTRY + response_share * C.TRAIN_LOGITS_BYTES_PER_RESPONSE_ENTRY
+        logits = mb_tok_max * arch.vocab_size / st.tp * per_entry
+    if w.precision != "fp32" and zero != "zero3":  # under ZeRO-3 only the gathered layers are cast (gather)
+        weights += params_dev * C.AUTOCAST_WEIGHT_COPY_BYTES_PER_PARAM
+    gather = 0.0
+    if zero == "zero3":
+        gather = C.ZERO3_PREFETCH_LAYERS * arch.layer_params * weight_bytes_per_param(w) / st.tp
+    total = weights + grads + opt + acts + logits + gather
+    what = "weights+grads+optimizer+activations"
+    if opt >= 0.5 * total:
+        what = "weights+grads+optimizer (mostly optimizer state)"
+    elif acts + logits >= 0.5 * total:
+        what = "weights+grads+optimizer+activations (mostly activations)"
+    return total, what
+
+
+def forward_memory(
+    step: Step,
+    task: TaskName,
+    stages: Sequence[Stage],
+    split: Sequence[int],
+    m: int,
+    offload: bool,
+    names: frozenset[str],
+    dp: int,
+) -> tuple[list[float], list[str], float]:
+    """Peak bytes per stage, what they are, and the weight reload time of an offloaded inference task."""
+    stage_bytes, parts = [], []
+    load_s = 0.0
+    for p in range(len(stages)):
+        b, what, reload_s = stage_memory(step, task, stages, split, p, m, offload, names, dp)
+        stage_bytes.append(b)
+        parts.append(what)
+        load_s = max(load_s, reload_s)
+    return stage_bytes, parts, load_s

@@ -95,3 +95,19 @@ class PlanEstimate:
     @property
     def feasible(self) -> bool:
         return not self.violations
+
+
+@dataclass
+class ReplicaTimes:
+    """One replica's time terms (seconds) and per-stage own bytes: what generation.py and forward.py return
+    for one replica and its share of the batch, before tasks.py picks the critical replica."""
+
+    total_s: float
+    terms: dict[str, float]
+    stage_bytes: list[float]
+    stage_parts: list[str]
+    """What each stage's bytes are, for the memory sentence (e.g. 'weights + KV cache')."""
+    links: dict[str, str] = field(default_factory=dict)
+    violation: str | None = None
+    mem_violation: tuple[int, float, str] | None = None
+    """(stage, bytes needed, what) when one sequence/micro-batch cannot fit at all."""

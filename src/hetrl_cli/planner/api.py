@@ -59,6 +59,7 @@ def make_plan(
     `Calibration.factors()` (hetrl calibrate): the cost model every solver scores with."""
     start = time.monotonic()
     from hetrl_cli.costmodel.model import CostModel
+    from hetrl_cli.planner.build import to_plan
     from hetrl_cli.planner.tables import Tables
 
     if solver not in SOLVERS:
@@ -77,7 +78,7 @@ def make_plan(
     if not estimate.feasible:  # never emit a plan that does not fit
         raise Infeasible(f"the {solver} plan does not fit after re-scoring: {estimate.violations[0]}")
     _check_objective(outcome.stats, estimate)
-    return cost_model.to_plan(estimate, outcome.groups, outcome.stats, plan_name)
+    return to_plan(cost_model, estimate, outcome.groups, outcome.stats, plan_name)
 
 
 def _solve(tables, solver: str, budget: Budget, seed: int, report) -> Outcome:

@@ -24,7 +24,7 @@ from typing import Literal
 
 from hetrl_cli.artifacts.profile import ClusterProfile, Device
 from hetrl_cli.artifacts.workload import TaskName, Workload
-from hetrl_cli.costmodel.model import compute_tflops
+from hetrl_cli.costmodel.devices import compute_tflops
 from hetrl_cli.costmodel.types import TaskPlacement
 
 Granularity = Literal["host", "half", "fine"]

@@ -1,0 +1,235 @@
+"""Generation: chunked prefill (compute bound) + continuous-batching decode, each step max(compute, HBM
+traffic of the weights and KV cache), on one replica (docs/costmodel.md, 'Generation').
+
+Everything but the batch-dependent arithmetic is computed once per (device classes, split, resident state)
+in `static`; the expressions keep the reference evaluation order (bit-for-bit the recorded predictions).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from hetrl_cli.costmodel import constants as C
+from hetrl_cli.costmodel.architectures import DTYPE_BYTES
+from hetrl_cli.costmodel.comm import LinkInfo, allreduce_s, p2p_s
+from hetrl_cli.costmodel.devices import Cluster, Stage
+from hetrl_cli.costmodel.memo import Memo
+from hetrl_cli.costmodel.memory import weight_bytes_per_param, weights_resident
+from hetrl_cli.costmodel.step import Step
+from hetrl_cli.costmodel.types import ReplicaTimes
+
+
+class DecodeStage(NamedTuple):
+    """One pipeline stage's decode-step inputs."""
+
+    flops_per_token: float
+    compute_Fps: float
+    """At DECODE_MFU."""
+    weight_bytes: float
+    """Per device: read once per decode step."""
+    kv_bytes_per_token: float
+    """Per device and token of context: read once per decode step."""
+    mem_Bps: float
+    """At HBM_EFFICIENCY."""
+    allreduces: int
+    tp: int
+    tp_link: LinkInfo
+    hop: LinkInfo | None
+    """The link to the next stage (None on the last)."""
+
+
+class Prefill(NamedTuple):
+    """The prefill's inputs: the slowest stage sets the pace of the chunks."""
+
+    slow_s_per_token: float
+    bubble_s_per_token: float
+    """The other stages' seconds per token (the pipeline fills and drains once per chunk)."""
+    slow_layers: int
+    slow_tp: int
+    slow_link: LinkInfo
+    first_hop: LinkInfo | None
+
+
+class GenStatic(NamedTuple):
+    """The batch-independent part of a generation replica (Generation.static)."""
+
+    pp: int
+    hidden: int
+    cap: float
+    """Sequences the KV cache holds at once (the most constrained stage)."""
+    stages: list[DecodeStage]
+    prefill: Prefill
+    offload_s: float | None
+    """Weights reloaded from host memory each step (None when they stay resident)."""
+    tp_labels: list[str]
+    pp_label: str | None
+    stage_bytes: list[float]
+    parts: list[str]
+    mem_violation: tuple[int, float, str] | None
+
+
+class Generation:
+    """Time and memory of the generation task per replica."""
+
+    def __init__(self, step: Step, cluster: Cluster, overhead_factor: dict[str, float]) -> None:
+        self.step = step
+        self.cluster = cluster
+        self.overhead_factor = overhead_factor
+        self._static: Memo[GenStatic] = Memo(self.static)
+
+    def replica(
+        self,
+        classes: tuple[tuple[int, ...], ...],
+        stages: tuple[Stage, ...],
+        split: tuple[int, ...],
+        n_seq: float,
+        others: tuple[float, ...],
+        offload: bool,
+        names: frozenset[str],
+    ) -> ReplicaTimes:
+        """Prefill + continuous-batching decode of `n_seq` sequences on one replica."""
+        key = (classes, split, others, offload, names)
+        g = self._static.get(key) or self._static.keyed(key, stages, split, others, offload, names)
+        P, Rm, Rt = self.step.prompt_tokens, self.step.resp_mean, self.step.resp_tail
+        cap = g.cap
+        batch = max(1.0, min(math.floor(cap) if cap >= 1 else 1.0, C.MAX_NUM_SEQS, max(n_seq, 1e-9)))
+        steps = max(Rt, n_seq * Rm / batch + Rt - Rm)
+        avg_batch = n_seq * Rm / steps
+        ctx = P + Rm / 2
+        mb = avg_batch / g.pp  # pp micro-batches in flight (vLLM virtual engines)
+        msg = mb * g.hidden * self.step.act_bytes
+        best = None
+        for p, (fpt, c_den, wd, kvd, m_den, ar_mult, tp, ar_link, hop) in enumerate(g.stages):
+            c = mb * fpt / c_den
+            m = (wd + mb * ctx * kvd) / m_den
+            tpc = ar_mult * allreduce_s(msg, tp, ar_link)
+            p2p = 0.0 if hop is None else p2p_s(msg, hop)
+            step = max(c, m) + tpc + p2p
+            if best is None or step > best[0]:
+                best = (step, c, max(0.0, m - c), tpc, p2p, p)
+        assert best is not None
+        _, c, m_extra, tpc, p2p, crit = best
+        k = steps * g.pp
+        scale = self.cluster.layout_slowdown(classes, "generation") * self.overhead_factor.get("generation", 1.0)
+        terms = {
+            "compute": k * c,
+            "memory": k * m_extra,
+            "tp_comm": k * tpc,
+            "pp_p2p": k * p2p,
+            "overhead": steps * C.DECODE_STEP_OVERHEAD_S * scale,
+        }
+        self._add_prefill(terms, g, n_seq)
+        links = {"tp_comm": g.tp_labels[crit]}
+        if g.pp_label is not None:
+            links["pp_p2p"] = g.pp_label
+        if g.offload_s is not None:  # weights reloaded from host memory each step
+            terms["offload"] = g.offload_s
+        return ReplicaTimes(sum(terms.values()), terms, g.stage_bytes, g.parts, links, None, g.mem_violation)
+
+    def _add_prefill(self, terms: dict[str, float], g: GenStatic, n_seq: float) -> None:
+        """Prompt tokens in chunks of MAX_NUM_BATCHED_TOKENS; the slowest stage sets the pace."""
+        slow_tok, bubble_tok, split_slow, slow_tp, slow_link, hop01 = g.prefill
+        prompt_tokens = n_seq * self.step.prompt_tokens
+        chunk = min(float(C.MAX_NUM_BATCHED_TOKENS), prompt_tokens)
+        chunks = prompt_tokens / chunk if chunk > 0 else 0.0
+        terms["compute"] += prompt_tokens * slow_tok
+        terms["bubble"] = bubble_tok * chunk
+        chunk_msg = chunk * g.hidden * self.step.act_bytes
+        terms["tp_comm"] += chunks * 2 * split_slow * allreduce_s(chunk_msg, slow_tp, slow_link)
+        if hop01 is not None:
+            terms["pp_p2p"] += chunks * p2p_s(chunk_msg, hop01)
+
+    def static(
+        self,
+        stages: tuple[Stage, ...],
+        split: tuple[int, ...],
+        others: tuple[float, ...],
+        offload: bool,
+        names: frozenset[str],
+    ) -> GenStatic:
+        """Memory per stage (weights, KV per token, work space), the KV-bound sequence cap, and per-stage
+        speeds, links and FLOPs per token."""
+        arch = self.step.arch["generation"]
+        pp = len(stages)
+        P, Rm = self.step.prompt_tokens, self.step.resp_mean
+        footprint = P + Rm  # constants.KV_FOOTPRINT
+        weights_dev, kv_dev, work_dev, cap, mem_violation = self._stage_memory(stages, split, others, footprint)
+        ctx = P + Rm / 2
+        rows = []
+        for p, st in enumerate(stages):
+            last = p == pp - 1
+            rows.append(
+                DecodeStage(
+                    self.step.stage_flops_per_token(arch, "lm", split[p], last, ctx),
+                    st.compute_Fps * C.DECODE_MFU,
+                    weights_dev[p],
+                    kv_dev[p],
+                    st.mem_Bps * C.HBM_EFFICIENCY,
+                    2 * split[p],
+                    st.tp,
+                    st.link,
+                    None if last else self.cluster.stage_link(st, stages[p + 1]),
+                )
+            )
+        per_tok = [
+            self.step.stage_flops_per_token(arch, "lm", split[p], p == pp - 1, P / 2) / (st.compute_Fps * C.PREFILL_MFU)
+            for p, st in enumerate(stages)
+        ]
+        slow = max(range(pp), key=per_tok.__getitem__)
+        prefill = Prefill(
+            per_tok[slow],
+            sum(per_tok) - per_tok[slow],
+            split[slow],
+            stages[slow].tp,
+            stages[slow].link,
+            self.cluster.stage_link(stages[0], stages[1]) if pp > 1 else None,
+        )
+        offload_s = None
+        if not weights_resident("generation", names, offload) and "actor_train" not in names:
+            offload_s = max(weights_dev) / C.HOST_DEVICE_Bps
+        labels = [st.link.label for st in stages]  # the critical decode stage's TP link (chosen per batch)
+        pp_label = self.cluster.stage_link(stages[0], stages[1]).label if pp > 1 else None
+        stage_bytes = [st.memory_bytes * C.GEN_MEMORY_UTILIZATION - others[p] for p, st in enumerate(stages)]
+        if mem_violation is not None:
+            stage_bytes = [
+                max(b, weights_dev[p] + work_dev[p] + kv_dev[p] * footprint) for p, b in enumerate(stage_bytes)
+            ]
+        parts = ["weights + KV cache" for _ in stages]
+        return GenStatic(
+            pp, arch.hidden_size, cap, rows, prefill, offload_s, labels, pp_label, stage_bytes, parts, mem_violation
+        )
+
+    def _stage_memory(
+        self, stages: Sequence[Stage], split: Sequence[int], others: Sequence[float], footprint: float
+    ) -> tuple[list[float], list[float], list[float], float, tuple[int, float, str] | None]:
+        """Per stage: weight bytes, KV bytes per token, work space per device; the sequences the KV cache
+        holds (the least over stages) and the first stage where not even one sequence fits."""
+        arch = self.step.arch["generation"]
+        w = self.step.workload
+        pp = len(stages)
+        wb = weight_bytes_per_param(w)
+        kv_b = DTYPE_BYTES[w.precision]
+        h = arch.hidden_size
+        weights_dev, kv_dev, work_dev, cap = [], [], [], math.inf
+        mem_violation = None
+        for p, st in enumerate(stages):
+            last = p == pp - 1
+            wd = self.step.stage_params(arch, "lm", split, p) * wb / st.tp
+            kv_heads = max(1, math.ceil(arch.num_kv_heads / st.tp))
+            kvd = 2 * split[p] * kv_heads * arch.head_dim * kv_b
+            per_tok = 2.0 * (h + arch.q_dim + 2 * arch.kv_dim) + 4.0 * arch.intermediate_size
+            work = C.MAX_NUM_BATCHED_TOKENS * per_tok * self.step.act_bytes / st.tp
+            if last:
+                work += C.MAX_NUM_SEQS * arch.vocab_size * 4 / st.tp
+            budget = st.memory_bytes * C.GEN_MEMORY_UTILIZATION - others[p] - wd - work
+            seqs = budget / (kvd * footprint)
+            if seqs < 1 and mem_violation is None:
+                need = others[p] + wd + work + kvd * footprint
+                mem_violation = (p, need / C.GEN_MEMORY_UTILIZATION, "weights + activations + one sequence's KV cache")
+            cap = min(cap, seqs)
+            weights_dev.append(wd)
+            kv_dev.append(kvd)
+            work_dev.append(work)
+        return weights_dev, kv_dev, work_dev, cap, mem_violation

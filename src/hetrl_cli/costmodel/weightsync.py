@@ -1,0 +1,200 @@
+"""Moving weights and data between a plan's groups: the weight syncs (trained weights to their inference
+copy, once per step) and the hand-overs of rollouts and experience between groups (docs/costmodel.md)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from hetrl_cli.artifacts.rl import HEAD, PHASES, SYNCED, TaskName, sync_roles
+from hetrl_cli.costmodel import constants as C
+from hetrl_cli.costmodel.comm import LinkInfo, allgather_s, p2p_s
+from hetrl_cli.costmodel.devices import Cluster
+from hetrl_cli.costmodel.memo import Memo
+from hetrl_cli.costmodel.memory import weight_bytes_per_param
+from hetrl_cli.costmodel.step import Step
+from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
+
+Transfer = tuple[str, str, str, float]
+"""(name, src group, dst group, bytes or seconds)."""
+
+
+class WeightSync:
+    """Weight syncs and data transfers between device sets of one cluster and workload."""
+
+    def __init__(
+        self, step: Step, cluster: Cluster, task_overhead_s: dict[str, float], overhead_factor: dict[str, float]
+    ) -> None:
+        self.step = step
+        self.cluster = cluster
+        self.task_overhead_s = task_overhead_s
+        self.overhead_factor = overhead_factor
+        self.sync: Memo[tuple[float, str, float]] = Memo(self._make_sync)
+        """sync(train devices, inference devices, role) → (seconds, the bottleneck's label, the per-tensor
+        host part of the seconds)."""
+
+    # ---- weight syncs -----------------------------------------------------------------------------------
+    def _make_sync(self, train: tuple[str, ...], gen: tuple[str, ...], role: str) -> tuple[float, str, float]:
+        """The slower of the local reshard and the remote copies, plus the host part (parts())."""
+        parts = self.parts(train, gen, role)
+        if parts is None:
+            return 0.0, "", 0.0
+        local_s, remote_s, label, tensors_s, host_s = parts
+        return max(local_s, remote_s) + host_s, label, tensors_s
+
+    def parts(
+        self, train: Sequence[str], gen: Sequence[str], role: str
+    ) -> tuple[float, float, str, float, float] | None:
+        """(local reshard seconds, remote copy seconds, the remote bottleneck's label or "local reshard",
+        the per-tensor host seconds, all host seconds) of one weight sync; None when it moves nothing.
+
+        Colocated devices: a local reshard (LOCAL_RESHARD_PASSES over HBM; an all-gather first under ZeRO-3).
+        Other devices: a pipelined broadcast tree over regions (broadcast_tree_s).
+        Plus WEIGHT_SYNC_PER_TENSOR_S per tensor and the calibrated overhead, both host work at the slowest
+        involved host's speed."""
+        cluster = self.cluster
+        train_task, infer_task = SYNCED[role]
+        head = HEAD[train_task]
+        arch = self.step.arch.get(train_task) or self.step.arch.get(infer_task)
+        known_t = [d for d in train if d in cluster.device_class]
+        known_g = [d for d in gen if d in cluster.device_class]
+        if arch is None or not known_t or not known_g:
+            return None
+        nbytes = arch.param_count(head) * weight_bytes_per_param(self.step.workload)
+        tset = set(known_t)
+        local = [d for d in known_g if d in tset]
+        remote = [d for d in known_g if d not in tset]
+        local_s = 0.0
+        label = "local reshard"
+        if local:
+            hbm = min(cluster.classes[cluster.device_class[d]].mem_Bps for d in local)
+            local_s = C.LOCAL_RESHARD_PASSES * nbytes / hbm
+            if self.step.workload.sharding == "zero3" and len(known_t) > 1:
+                hosts = [cluster.host_of(d) for d in known_t]
+                multi = frozenset(h for h in hosts if hosts.count(h) > 1)
+                local_s += allgather_s(nbytes, len(known_t), cluster.links.ring(frozenset(hosts), multi))
+        remote_s = 0.0
+        if remote:
+            remote_s, label = self.broadcast_tree_s(known_t, remote, nbytes)
+        scale = cluster.overhead_scale((*known_t, *known_g))
+        tensors_s = arch.tensor_count(head) * C.WEIGHT_SYNC_PER_TENSOR_S * self.overhead_factor.get("weight_sync", 1.0)
+        host_s = (tensors_s + self.task_overhead_s.get("weight_sync", 0.0)) * scale
+        return local_s, remote_s, label, tensors_s * scale, host_s
+
+    def broadcast_tree_s(self, train: Sequence[str], gen: Sequence[str], nbytes: float) -> tuple[float, str]:
+        """Pipelined broadcast tree from the training hosts to the generation devices, region by region.
+
+        Greedy (Prim-like) over regions of generation hosts: each step attaches the region that can get its
+        copy soonest from any host already holding the weights (training hosts, or generation hosts fed
+        before it — relaying through a fed region avoids a slow direct link), given what that host already
+        sends. Inside a region the copy fans out over its hosts' ring and each host's intra link. A region's
+        time = Σ latencies on its path + bytes / the narrowest hop (chunks stream through); a host sending
+        k copies needs k × bytes / its link. Returns (seconds, label of the narrowest link used)."""
+        links = self.cluster.links
+        regions: dict[str, dict[str, int]] = {}
+        for d in gen:
+            cls = self.cluster.classes[self.cluster.device_class[d]]
+            hosts = regions.setdefault(cls.region, {})
+            hosts[cls.host] = hosts.get(cls.host, 0) + 1
+        # host -> (path bandwidth, path latency, narrowest link) for hosts that already have the weights
+        have: dict[str, tuple[float, float, LinkInfo | None]] = {
+            self.cluster.host_of(d): (math.inf, 0.0, None) for d in train
+        }
+        uplink: dict[str, float] = {}
+        finish, narrowest = 0.0, None
+        todo = dict(regions)
+        while todo:
+            best = None
+            for region, hosts in todo.items():
+                for src, (bw, lat, narrow) in have.items():
+                    link, _, _ = links.best_between(frozenset({src}), frozenset(hosts), nbytes)
+                    path_bw = min(bw, link.bandwidth_Bps)
+                    t = max(lat + link.latency_s + nbytes / path_bw, uplink.get(src, 0.0) + nbytes / link.bandwidth_Bps)
+                    if best is None or t < best[0]:
+                        n = link if narrow is None or link.bandwidth_Bps < narrow.bandwidth_Bps else narrow
+                        best = (t, region, src, link, path_bw, lat + link.latency_s, n)
+            assert best is not None
+            _, region, src, link, path_bw, path_lat, narrow = best
+            hosts = todo.pop(region)
+            uplink[src] = uplink.get(src, 0.0) + nbytes / link.bandwidth_Bps
+            fan = [links.ring(frozenset(hosts))] if len(hosts) > 1 else []
+            fan += [links.intra(h) for h, n in hosts.items() if n > 1]
+            for hop in fan:
+                path_lat += hop.latency_s
+                if hop.bandwidth_Bps < path_bw:
+                    path_bw, narrow = hop.bandwidth_Bps, hop
+            finish = max(finish, path_lat + nbytes / path_bw)
+            if narrowest is None or (narrow is not None and narrow.bandwidth_Bps < narrowest.bandwidth_Bps):
+                narrowest = narrow
+            for h in hosts:
+                have.setdefault(h, (path_bw, path_lat, narrow))
+        finish = max(finish, max(uplink.values(), default=0.0))
+        return finish, narrowest.label if narrowest is not None else "local copy"
+
+    @staticmethod
+    def syncs(placements: Sequence[TaskPlacement], groups: Sequence[GroupPlacement]) -> list[tuple]:
+        """The weight syncs a plan runs each step, as (role, train devices, inference devices): the actor's
+        always (a local reshard when colocated), the critic's when critic_inference is in another group than
+        critic_train (in one group it runs on the trainer's own weights, as the runtime does)."""
+        by_task = {p.task: p for p in placements}
+        group_of = {t: g.name for g in groups for t in g.tasks if t in by_task}
+        return [
+            (role, by_task[SYNCED[role][0]].devices, by_task[SYNCED[role][1]].devices)
+            for role, _apart in sync_roles(group_of)
+        ]
+
+    # ---- data between groups ----------------------------------------------------------------------------
+    def transfer(self, src: Sequence[str], dst: Sequence[str], nbytes: float) -> tuple[float, str]:
+        """Rollouts/experience between groups: α + bytes/β on the best host pair; 0 on the same device set."""
+        if nbytes <= 0 or set(src) == set(dst):
+            return 0.0, ""
+        known = self.cluster.device_class
+        sh = frozenset(self.cluster.host_of(d) for d in src if d in known)
+        dh = frozenset(self.cluster.host_of(d) for d in dst if d in known)
+        if not sh or not dh:
+            return 0.0, ""
+        link, _, _ = self.cluster.links.best_between(sh, dh, nbytes)
+        return p2p_s(nbytes, link), link.label
+
+    def rollout_bytes(self) -> float:
+        """Bytes of one step's rollouts (token ids + mask of prompt and response)."""
+        return self.step.n_samples * self.step.seq_mean * C.ROLLOUT_BYTES_PER_TOKEN
+
+    def experience_bytes(self, task: TaskName) -> float:
+        """Bytes an inference task hands to training: a scalar per response token, or per sample (reward)."""
+        if task == "reward":
+            return self.step.n_samples * C.REWARD_BYTES_PER_SAMPLE
+        return self.step.n_samples * self.step.resp_mean * C.EXPERIENCE_BYTES_PER_TOKEN
+
+    def transfers(self, groups: Sequence[GroupPlacement]) -> list[Transfer]:
+        """(name, src group, dst group, bytes) of every data hand-over between different groups; devices are
+        not needed. Boundary 1 (after generation): the rollouts go from the generation group to every group
+        with a later task, named `transfer:SRC->DST`. Boundary 2 (after inference): each group's inference
+        outputs go to every group with a training task, named `transfer:SRC->DST:experience`.
+        Each costs transfer(src devices, dst devices, bytes); the iteration adds them all up (they funnel
+        through the single controller, as in verl), so the ILP can sum them too."""
+        out: list[Transfer] = []
+        gen = next((g for g in groups if "generation" in g.tasks), None)
+        if gen is not None:
+            for g in groups:
+                if g is not gen and any(t in PHASES[1] + PHASES[2] for t in g.tasks):
+                    out.append((f"transfer:{gen.name}->{g.name}", gen.name, g.name, self.rollout_bytes()))
+        trainers = [g for g in groups if any(t in PHASES[2] for t in g.tasks)]
+        for src in groups:
+            produced = sum(self.experience_bytes(t) for t in src.tasks if t in PHASES[1] and t in self.step.arch)
+            if produced <= 0:
+                continue
+            for dst in trainers:
+                if dst is not src:
+                    out.append((f"transfer:{src.name}->{dst.name}:experience", src.name, dst.name, produced))
+        return out
+
+    def boundary_transfers(self, groups: Sequence[GroupPlacement]) -> list[list[Transfer]]:
+        """transfers() priced and split by boundary: [[(name, src, dst, seconds), ...] after phase 1, [...]
+        after phase 2]. A boundary costs the sum of its entries."""
+        by_name = {g.name: g for g in groups}
+        out: list[list[Transfer]] = [[], []]
+        for name, src, dst, nbytes in self.transfers(groups):
+            seconds = self.transfer(by_name[src].devices, by_name[dst].devices, nbytes)[0]
+            out[1 if name.endswith(":experience") else 0].append((name, src, dst, seconds))
+        return out
