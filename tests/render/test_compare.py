@@ -10,7 +10,7 @@ from rich.console import Console
 
 from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.render.compare import compare_plans
-from hetrl_cli.render.digest import digest_plan
+from hetrl_cli.render.digest import digest_plan, group_letters
 from hetrl_cli.render.plan import show_plan
 
 
@@ -88,3 +88,35 @@ def test_json_format(ppo_plan: Plan, baseline_plan: Plan, capsys: pytest.Capture
     assert data["ratios"]["iteration time"] == {"a": 15.8, "b": 36.5, "b_over_a": pytest.approx(36.5 / 15.8)}
     assert data["tasks"]["generation"]["b_over_a"] == pytest.approx(3.0)
     assert data["a"]["plan"] == "lab-ilp" and data["b"]["plan"] == "lab-verl"
+
+
+def test_compared_groups_share_letters_by_the_tasks_they_run(ppo_plan: Plan) -> None:
+    """b lists the same groups in the other order: each group keeps a's letter for the same tasks."""
+    b = ppo_plan.model_copy(update={"groups": list(reversed(ppo_plan.groups)), "name": "reordered"})
+    a_letters = digest_plan(ppo_plan).letters
+    b_letters = digest_plan(b, match=digest_plan(ppo_plan)).letters
+    by_tasks = {frozenset(g.tasks): a_letters[g.name] for g in ppo_plan.groups}
+    assert len(set(by_tasks.values())) == len(ppo_plan.groups) > 1
+    for g in b.groups:
+        assert b_letters[g.name] == by_tasks[frozenset(g.tasks)]
+    assert list(b_letters.values()) != list(digest_plan(b).letters.values())  # plan order alone would differ
+
+
+def test_groups_without_a_twin_take_the_letters_left_free(ppo_plan: Plan) -> None:
+    """b keeps a's generation group and merges the rest: generation keeps its letter, the merged group takes
+    the first letter the match leaves free, and no letter is used twice on one side."""
+    gen = next(g for g in ppo_plan.groups if g.tasks == ["generation"])
+    rest = [d for g in ppo_plan.groups if g is not gen for d in g.devices]
+    merged = ppo_plan.groups[0].model_copy(
+        update={
+            "name": "merged",
+            "tasks": [t for g in ppo_plan.groups if g is not gen for t in g.tasks],
+            "devices": rest,
+        }
+    )
+    b = ppo_plan.model_copy(update={"groups": [merged, gen], "tasks": [], "name": "merged"})
+    a_letters = digest_plan(ppo_plan).letters
+    letters = group_letters(b, ppo_plan)
+    assert letters[gen.name] == a_letters[gen.name]
+    assert letters["merged"] == next(x for x in "ABCDEFG" if x != a_letters[gen.name])
+    assert len(set(letters.values())) == 2

@@ -132,3 +132,16 @@ def test_entry_of_an_unknown_group_is_drawn_without_a_letter(ppo_plan: Plan) -> 
     plan = ppo_plan.model_copy(update={"cost": ppo_plan.cost.model_copy(update={"timeline": entries})})
     sync = next(line for line in render(plan).splitlines() if line.startswith("weight_sync"))
     assert sync.split()[1] == "-" and sync.endswith("800 ms at 15.0 s")
+
+
+def test_long_timeline_labels_are_cut_into_different_strings() -> None:
+    from hetrl_cli.render.timeline import shorten_unique
+
+    labels = ["transfer:generation+reference->actor_train", "transfer:generation+reference->critic_train",
+              "generation", "transfer:generation+reference->actor_train:experience-0",
+              "transfer:generation+reference->actor_train:experience-1"]  # fmt: skip
+    short = shorten_unique(labels, 20)
+    assert all(len(s) <= 20 for s in short)
+    assert len(set(short)) == len(labels)
+    assert short[2] == "generation"
+    assert short[0] == "transfer:…ctor_train" and short[1] == "transfer:…itic_train"

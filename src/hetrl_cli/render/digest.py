@@ -135,9 +135,10 @@ class PlanDigest:
     """Group name -> `8×A100 (a100-0), 4×L4 (l4-1)`."""
 
 
-def digest_plan(plan: Plan, profile: ClusterProfile | None = None) -> PlanDigest:
-    """Derive every section's data from a plan (and the profile, when given, for types, regions, capacity)."""
-    letters = group_letters(plan)
+def digest_plan(plan: Plan, profile: ClusterProfile | None = None, match: PlanDigest | None = None) -> PlanDigest:
+    """Derive every section's data from a plan (and the profile, when given, for types, regions, capacity).
+    `match`: the other plan of a comparison, whose letters this one's groups of the same tasks take."""
+    letters = group_letters(plan, match.plan if match else None)
     facts = device_facts(plan, profile)
     device_group = {d: g.name for g in reversed(plan.groups) for d in g.devices}
     used = {d for t in plan.tasks for d in t.devices}
@@ -159,10 +160,21 @@ def digest_plan(plan: Plan, profile: ClusterProfile | None = None) -> PlanDigest
 # 1) Names and small formatting helpers shared by every format.
 
 
-def group_letters(plan: Plan) -> dict[str, str]:
-    """A, B, C ... in plan order (then A1, B1 ... past 26 groups), so a letter fits in one map cell."""
-    alphabet = string.ascii_uppercase
-    return {g.name: alphabet[i % 26] + (str(i // 26) if i >= 26 else "") for i, g in enumerate(plan.groups)}
+def _letter(i: int) -> str:
+    return string.ascii_uppercase[i % 26] + (str(i // 26) if i >= 26 else "")
+
+
+def group_letters(plan: Plan, match: Plan | None = None) -> dict[str, str]:
+    """A, B, C ... in plan order (then A1, B1 ... past 26 groups), so a letter fits in one map cell. Against
+    `match` (a comparison), a group running exactly the tasks of one of its groups gets that group's letter
+    (the same group reads the same on both sides, whatever the order); the others take, in plan order, the
+    letters those matches leave free."""
+    if match is None:
+        return {g.name: _letter(i) for i, g in enumerate(plan.groups)}
+    theirs = {frozenset(g.tasks): letter for g, letter in zip(match.groups, group_letters(match).values(), strict=True)}
+    same = {g.name: theirs.pop(frozenset(g.tasks)) for g in plan.groups if frozenset(g.tasks) in theirs}
+    spare = (_letter(i) for i in range(2 * len(plan.groups)) if _letter(i) not in same.values())
+    return {g.name: same[g.name] if g.name in same else next(spare) for g in plan.groups}
 
 
 def split_device_id(device_id: str) -> tuple[str, int]:

@@ -52,7 +52,7 @@ def show_plan(
 ) -> None:
     """Print `plan` (against `compare`, when given) in `fmt` on stdout; also write the SVG timeline if asked."""
     a = digest_plan(plan, profile)
-    b = digest_plan(compare, profile) if compare is not None else None
+    b = digest_plan(compare, profile, match=a) if compare is not None else None
     if svg is not None:
         write_svg(svg, [("a: " + a.plan.name, a), ("b: " + b.plan.name, b)] if b else [(a.plan.name, a)])
     if fmt == "json":

@@ -13,7 +13,7 @@ from xml.sax.saxutils import escape, quoteattr
 from hetrl_cli.artifacts.io import write_text_atomic
 from hetrl_cli.errors import BadInput, HetrlError
 from hetrl_cli.render.digest import PlanDigest, seconds
-from hetrl_cli.render.timeline import Bar, horizon_s, nice_ticks, timeline_bars
+from hetrl_cli.render.timeline import Bar, horizon_s, nice_ticks, shorten_unique, timeline_bars
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 OTHER = "#7f7f7f"
@@ -73,8 +73,9 @@ def _panel(title: str, digest: PlanDigest, horizon: float, y: int) -> tuple[list
     out += legend
     top = y + 8
     out += _grid(horizon, top, len(bars))
-    for i, bar in enumerate(bars):
-        out += _bar(bar, horizon, top + i * ROW_H)
+    names = shorten_unique([b.label for b in bars], MAX_LABEL_CHARS)
+    for i, (bar, name) in enumerate(zip(bars, names, strict=True)):
+        out += _bar(bar, name, horizon, top + i * ROW_H)
     if not bars:
         out.append(f'<text x="{LABEL_W}" y="{top + 16}" fill="{OTHER}">no timeline in this plan</text>')
     return out, top + max(1, len(bars)) * ROW_H + 34
@@ -111,13 +112,12 @@ def _grid(horizon: float, top: int, rows: int) -> list[str]:
     return out
 
 
-def _bar(bar: Bar, horizon: float, y: int) -> list[str]:
-    """Label on the left, the bar (with a hover title), its duration on the right of it."""
+def _bar(bar: Bar, name: str, horizon: float, y: int) -> list[str]:
+    """Label (`name`: the bar's label shortened) on the left, the bar (with a hover title), its duration."""
     x0, x1 = _x(bar.start_s, horizon), _x(bar.end_s, horizon)
     width = max(1.5, x1 - x0)
     colour = group_colour(bar.letter)
     opacity = "1" if bar.kind == "task" else "0.55"
-    name = bar.label if len(bar.label) <= MAX_LABEL_CHARS else bar.label[: MAX_LABEL_CHARS - 1] + "…"
     label = f"{bar.letter or bar.group} · {name}"
     tip = f"{bar.label} (group {bar.group}): {bar.start_s:.3f}–{bar.end_s:.3f} s"
     return [

@@ -91,6 +91,30 @@ def label_width(total_width: int, *bar_lists: list[Bar]) -> int:
     return min(cap, max([len(b.label) for bars in bar_lists for b in bars] + [4]))
 
 
+def shorten_unique(labels: list[str], width: int, ellipsis: str = "…") -> list[str]:
+    """Each label in at most `width` characters, cut in the middle (the start names the task, the end tells
+    transfers and replicas apart), and no two different labels cut into the same text: a clash keeps its head
+    and gets a `#n` tail instead."""
+
+    def cut(label: str) -> str:
+        if len(label) <= width:
+            return label
+        head = (width - 1) // 2
+        return label[:head] + ellipsis + label[len(label) - (width - 1 - head) :]
+
+    out = [cut(label) for label in labels]
+    owners: dict[str, set[str]] = {}
+    for label, short in zip(labels, out, strict=True):
+        owners.setdefault(short, set()).add(label)
+    numbered: dict[str, int] = {}
+    for i, (label, short) in enumerate(zip(labels, out, strict=True)):
+        if len(owners[short]) > 1:
+            n = numbered.setdefault(label, len(numbered) + 1)
+            tag = f"#{n}"
+            out[i] = label[: max(0, width - len(tag) - 1)] + ellipsis + tag
+    return out
+
+
 def gantt_lines(
     bars: list[Bar], horizon: float, total_width: int, label_w: int | None = None, ascii_only: bool = False
 ) -> tuple[list[GanttLine], int, int]:
@@ -104,9 +128,9 @@ def gantt_lines(
     times_w = 13 + len(fmt.format(horizon))
     bar_w = max(MIN_BAR_WIDTH, total_width - label_w - times_w - 6)
     lines = []
-    for bar, text in zip(bars, times, strict=True):
+    labels = shorten_unique([b.label for b in bars], label_w, ellipsis)
+    for bar, text, label in zip(bars, times, labels, strict=True):
         first, length = cell_span(bar.start_s, bar.end_s, horizon, bar_w)
-        label = bar.label if len(bar.label) <= label_w else bar.label[: label_w - 1] + ellipsis
         lines.append(GanttLine(bar, label.ljust(label_w), first, length, bar_w - first - length, text))
     return lines, label_w, bar_w
 
