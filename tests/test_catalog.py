@@ -426,3 +426,22 @@ def test_synthetic_cluster_is_deterministic_per_seed() -> None:
 def test_synthetic_cluster_refuses_no_devices() -> None:
     with pytest.raises(BadInput, match="n_devices must be positive, got 0"):
         synthetic_cluster(0, 0)
+
+
+def test_every_error_of_a_cluster_file_in_one_line(tmp_path: Path) -> None:
+    """A hand-written file is fixed in one round: all schema errors, and all unknown GPU types, at once."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text("node_groups:\n  - {gpu: L4, gpus_per_node: 0}\n  - {gpu: L4, gpus_per_node: 8, nodez: 2}\n")
+    with pytest.raises(BadInput) as err:
+        profile_from_cluster_file(path)
+    assert str(err.value) == (
+        f"{path}: field 'node_groups.0.gpus_per_node': Input should be greater than 0; "
+        "field 'node_groups.1.nodez': Extra inputs are not permitted"
+    )
+    path.write_text("node_groups:\n  - {gpu: L5, gpus_per_node: 8}\n  - {gpu: Z9, gpus_per_node: 8}\n")
+    with pytest.raises(BadInput) as err:
+        profile_from_cluster_file(path)
+    assert str(err.value) == (
+        f"{path}: field 'node_groups.0.gpu': unknown GPU type 'L5'; field 'node_groups.1.gpu': unknown GPU type "
+        f"'Z9'; known types: {', '.join(load_catalog().names())}"
+    )

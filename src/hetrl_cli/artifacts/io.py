@@ -98,13 +98,20 @@ def _current_umask() -> int:
     return mask
 
 
-def format_validation_error(where: str, err: ValidationError) -> str:
-    """One line: where, which field, what is wrong (pydantic's first error; the count of the rest)."""
-    first = err.errors()[0]
-    loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    more = len(err.errors()) - 1
+def format_validation_error(where: str, err: ValidationError, every: bool = False) -> str:
+    """One line: where, which field, what is wrong — pydantic's first error and the count of the rest, or
+    with `every` all of them, `; `-separated (a hand-written file is better fixed in one round)."""
+    errors = err.errors()
+
+    def one(e: dict) -> str:
+        loc = ".".join(str(part) for part in e["loc"]) or "(top level)"
+        return f"field '{loc}': {e['msg']}"
+
+    if every:
+        return f"{where}: " + "; ".join(one(e) for e in errors)
+    more = len(errors) - 1
     tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
-    return f"{where}: field '{loc}': {first['msg']}{tail}"
+    return f"{where}: {one(errors[0])}{tail}"
 
 
 MAX_ARTIFACT_CHARS = 64 * 2**20

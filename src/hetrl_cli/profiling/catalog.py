@@ -308,7 +308,7 @@ def parse_cluster_spec(data: Any, where: str) -> ClusterSpec:
     try:
         return ClusterSpec.model_validate(data)
     except ValidationError as exc:
-        raise BadInput(format_validation_error(where, exc)) from None
+        raise BadInput(format_validation_error(where, exc, every=True)) from None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -331,12 +331,15 @@ def _field(where: str, loc: str) -> str:
 
 def _resolve_gpus(spec: ClusterSpec, where: str) -> list[GpuSpec]:
     """Catalog entry per node group; an unknown type names the field and lists the known ones."""
-    found = []
+    found, unknown = [], []
     for i, group in enumerate(spec.node_groups):
         try:
             found.append(gpu_spec(group.gpu))
-        except BadInput as exc:
-            raise BadInput(f"{_field(where, f'node_groups.{i}.gpu')}: {exc}") from None
+        except BadInput:
+            unknown.append(f"field 'node_groups.{i}.gpu': unknown GPU type {group.gpu!r}")
+    if unknown:  # every unknown type at once, then the known ones
+        known = ", ".join(load_catalog().names())
+        raise BadInput(f"{where}: {'; '.join(unknown)}; known types: {known}")
     return found
 
 
