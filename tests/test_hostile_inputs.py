@@ -72,7 +72,18 @@ def _big_int(text: str) -> str:
     return json.dumps(data).replace(f'"iteration_s": {data["cost"]["iteration_s"]}', '"iteration_s": ' + "9" * 5000)
 
 
+def _hosts(text: str) -> Callable[[Path], list[str]]:
+    def make(tmp: Path) -> list[str]:
+        (tmp / "hosts.txt").write_text(text)
+        return ["profile", str(tmp / "hosts.txt"), "-o", str(tmp / "out" / "profile.json")]
+
+    return make
+
+
 CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
+    "hosts.txt: a 1 MB host name": (_hosts("h" * 2**20 + "\n"), "at most 1000"),
+    "hosts.txt: slots with 5,000 digits": (_hosts("gpu-1 slots=" + "9" * 5000 + "\n"), "at most 1000"),
+    "hosts.txt: a shell command as host": (_hosts("$(touch /tmp/pwned) slots=1\n"), "bad host"),
     "plan: a 5,000-digit integer": (_plan_text(_big_int), "too many digits"),
     "plan: nested 100,000 deep": (_plan_text(lambda _: "[" * 100_000 + "]" * 100_000), "nested too deeply"),
     "plan: infinite iteration time": (_plan(_set("cost.iteration_s", float("inf"))), "finite number"),

@@ -101,6 +101,8 @@ def _split_target(target: str, where: str) -> tuple[str | None, str, int | None]
     return user, target, port
 
 
+MAX_LINE_CHARS = 1000
+"""hosts.txt lines longer than this are refused without being echoed back (no real host line comes near)."""
 MAX_LABEL_CHARS = 300
 """Longer host labels are refused without being echoed back."""
 
@@ -168,6 +170,8 @@ def parse_host_line(line: str, where: str) -> HostEntry | None:
     text = line.split("#", 1)[0].strip()
     if not text:
         return None
+    if len(text) > MAX_LINE_CHARS:
+        raise BadInput(f"{where}: a line of {len(text)} characters; a host line is at most {MAX_LINE_CHARS}")
     target, *options = text.split()
     user, host, port = _split_target(target, where)
     fields: dict[str, object] = {}
