@@ -29,9 +29,9 @@ workloads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from hetrl_cli.artifacts.workload import TaskName
+from hetrl_cli.artifacts.rl import TaskName
 from hetrl_cli.costmodel.types import GroupPlacement
 
 SPANS = ("span:1", "span:2", "span:3")
@@ -76,7 +76,8 @@ def span(group_s: Iterable[float], floor: float | None = None) -> float:
     """A phase's span from the phase seconds of the groups holding a task of it, at least `floor` if given."""
     if floor is None:
         return max(group_s, default=0.0)
-    return max([floor, *group_s])
+    slowest = max(group_s, default=floor)
+    return slowest if slowest > floor else floor
 
 
 def spans(phases: Sequence[dict[str, float]], floor: Sequence[float] | None = None) -> list[float]:
@@ -103,11 +104,35 @@ def lane_values(
     return out
 
 
+def _compiled(lanes_: tuple[Lane, ...]) -> Callable[[Sequence[float], Sequence[float], float], float]:
+    """`max` over the lanes as one Python expression of (spans s, boundaries b, weight sync w), written out
+    from the lanes once at import: the planner's screen composes millions of times, and the loops of
+    `lane_values` cost 5x as much per call. Same additions in the same order (0.0 + x is x), so the same
+    seconds to the last digit; tests/costmodel/test_compose.py checks it against `lane_values`."""
+    name = {**{t: f"s[{k}]" for k, t in enumerate(SPANS)}, **{t: f"b[{k}]" for k, t in enumerate(BOUNDARIES)},
+            WEIGHT_SYNC: "w"}  # fmt: skip
+
+    def chain(items: Sequence[str]) -> str:
+        expr = items[0]
+        for item in items[1:]:
+            expr = f"({expr} + {item})"
+        return expr
+
+    exprs = [chain([chain([name[t] for t in part]) for part in lane]) for lane in lanes_]
+    body = exprs[0] if len(exprs) == 1 else f"max({', '.join(exprs)})"
+    return eval(compile(f"lambda s, b, w: {body}", "<compose lanes>", "eval"))  # only this module's term names
+
+
+_ITERATION = {False: _compiled(SYNC_LANES), True: _compiled(ASYNC_LANES)}
+
+
 def iteration_s(
     span_s: Sequence[float], boundary_s: Sequence[float], weight_sync_s: float, asynchronous: bool
 ) -> float:
     """Iteration seconds: the slowest lane."""
-    return max(lane_values(span_s, boundary_s, weight_sync_s, asynchronous))
+    if len(boundary_s) < len(BOUNDARIES):
+        boundary_s = (*boundary_s, *[0.0] * (len(BOUNDARIES) - len(boundary_s)))
+    return _ITERATION[asynchronous](span_s, boundary_s, weight_sync_s)
 
 
 def compose_iteration(

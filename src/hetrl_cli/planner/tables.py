@@ -117,6 +117,7 @@ class Tables:
         floors, which the cost model's evaluate does not have (costmodel/compose.py says why)."""
         self._pair: dict[tuple, float] = {}
         self._specs: dict[tuple, list[PairSpec]] = {}
+        self._shapes: dict[tuple, tuple[tuple[tuple[int, ...], ...], bool]] = {}
 
     # --- per task and per group ----------------------------------------------------------------
 
@@ -288,11 +289,19 @@ class Tables:
     ) -> float:
         """The iteration (`costmodel.compose.iteration_s`) from per-group phase seconds, each phase's span at
         least its `floor` (the rule-based reward on the driver CPU in phase 2)."""
-        spans = [
-            span((p[i] for p, g in zip(phase_s, grouping, strict=True) if _in_phase(g, i)), self.floor[i])
-            for i in range(len(PHASES))
-        ]
-        return iteration_s(spans, boundary, weight_sync, overlaps(self.workload.mode, grouping))
+        members, overlap = self._shape(grouping)
+        spans = [span([phase_s[j][i] for j in held], self.floor[i]) for i, held in enumerate(members)]
+        return iteration_s(spans, boundary, weight_sync, overlap)
+
+    def _shape(self, grouping: Sequence[tuple[TaskName, ...]]) -> tuple[tuple[tuple[int, ...], ...], bool]:
+        """(per phase, the indices of the groups holding a task of it; whether the async overlap applies),
+        once per grouping: the search composes the same groupings tens of thousands of times."""
+        key = tuple(grouping)
+        shape = self._shapes.get(key)
+        if shape is None:
+            members = tuple(tuple(j for j, g in enumerate(key) if _in_phase(g, i)) for i in range(len(PHASES)))
+            shape = self._shapes[key] = (members, overlaps(self.workload.mode, key))
+        return shape
 
     def terms(
         self, grouping: Sequence[tuple[TaskName, ...]], options: Sequence[GroupOption]
