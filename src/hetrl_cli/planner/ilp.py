@@ -195,6 +195,20 @@ class _Lp:
     def row(self, expr: dict[int, float], lower: float = -math.inf, upper: float = math.inf) -> None:
         self.rows.append((expr, lower, upper))
 
+    def csr(self) -> tuple[list[int], list[int], list[float]]:
+        """The rows' nonzero coefficients in compressed sparse row form: (row starts, columns, values); every
+        solver path (HiGHS here, pyomo in ilp_pyomo.py, the MPS/LP files) reads the model through this."""
+        starts: list[int] = []
+        index: list[int] = []
+        value: list[float] = []
+        for expr, _, _ in self.rows:
+            starts.append(len(index))
+            for col, coef in expr.items():
+                if coef != 0.0:
+                    index.append(col)
+                    value.append(coef)
+        return starts, index, value
+
 
 def _expr(*parts: tuple[float, dict[int, float] | int]) -> dict[int, float]:
     """Σ scale·part, a part being a column or an expression; coefficients of one column add up."""
@@ -406,14 +420,15 @@ class IlpModel:
         same = max(sp.same_sync.values(), default=0.0)
         return phase + pairs + same + 1.0
 
-    def solve(self, time_limit_s: float, threads: int = 1) -> IlpResult:
-        """Minimise T with HiGHS (one thread, default 1e-4 relative MIP gap) within the time limit."""
+    def highs(self, time_limit_s: float | None = None, threads: int = 1):
+        """A silent `highspy.Highs` holding this MILP (minimise T), ready to run or to write as MPS/LP."""
         import highspy
         import numpy as np
 
-        lp, sp = self.lp, self.space
+        lp = self.lp
         h = _quiet_highs(highspy)
-        h.setOptionValue("time_limit", max(0.5, time_limit_s))
+        if time_limit_s is not None:
+            h.setOptionValue("time_limit", max(0.5, time_limit_s))
         h.setOptionValue("threads", threads)
         n = len(lp.lower)
         inf = highspy.kHighsInf
@@ -421,13 +436,7 @@ class IlpModel:
         h.changeColCost(self.T, 1.0)
         ints = np.array([i for i in range(n) if lp.integer[i]], dtype=np.int32)
         h.changeColsIntegrality(len(ints), ints, np.array([highspy.HighsVarType.kInteger] * len(ints)))
-        starts, index, value = [], [], []
-        for expr, _, _ in lp.rows:
-            starts.append(len(index))
-            for col, coef in expr.items():
-                if coef != 0.0:
-                    index.append(col)
-                    value.append(coef)
+        starts, index, value = lp.csr()
         h.addRows(
             len(lp.rows),
             np.array([_inf(r[1], inf) for r in lp.rows]),
@@ -437,6 +446,13 @@ class IlpModel:
             np.array(index, dtype=np.int32),
             np.array(value),
         )
+        return h
+
+    def solve(self, time_limit_s: float, threads: int = 1) -> IlpResult:
+        """Minimise T with HiGHS (one thread, default 1e-4 relative MIP gap) within the time limit."""
+        import highspy
+
+        h = self.highs(time_limit_s, threads)
         start = time.monotonic()
         h.run()
         if h.getModelStatus() == highspy.HighsModelStatus.kSolveError:  # seen once in 48 settings: retry unpresolved
@@ -445,24 +461,30 @@ class IlpModel:
             h.run()
         seconds = time.monotonic() - start
         status, info = h.getModelStatus(), h.getInfo()
-        n_bin, n_con = len(self.x) + len(self.y), len(lp.rows)
         bound = _finite(info.mip_dual_bound)
         if info.primal_solution_status != 2:  # 2 = kSolutionStatusFeasible: no incumbent
             # T ≥ 0 is minimised, so "unbounded or infeasible" (presolve's verdict) can only mean infeasible
             proven = (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible)
-            status_name = "infeasible" if status in proven else "nosolution"
-            return IlpResult(status_name, None, bound, seconds, n_binaries=n_bin, n_constraints=n_con)
-        values = h.getSolution().col_value
+            return self.result("infeasible" if status in proven else "nosolution", None, None, bound, seconds)
+        optimal = status == highspy.HighsModelStatus.kOptimal
         objective = _finite(info.objective_function_value)
-        result = "optimal" if status == highspy.HighsModelStatus.kOptimal else "feasible"
+        return self.result("optimal" if optimal else "feasible", h.getSolution().col_value, objective, bound, seconds)
+
+    def result(self, status: str, values, objective: float | None, bound: float | None, seconds: float) -> IlpResult:
+        """An `IlpResult` from any solver's answer: `values` by column index (None without an incumbent);
+        `status` is optimal, feasible, infeasible or nosolution."""
+        sp = self.space
+        n_bin, n_con = len(self.x) + len(self.y), len(self.lp.rows)
+        if values is None:
+            return IlpResult(status, None, bound, seconds, n_binaries=n_bin, n_constraints=n_con)
         g = next(g for g, col in self.y.items() if values[col] > 0.5)
         grouping = sp.groupings[g]
         chosen = {s: p for (s, p), col in self.x.items() if values[col] > 0.5}
         pools = [sp.pools[chosen[self.sidx[subset]]] for subset in grouping]
         options = [sp.options[(self.sidx[subset], chosen[self.sidx[subset]])] for subset in grouping]
-        if result == "optimal" and bound is None:
+        if status == "optimal" and bound is None:
             bound = objective
-        return IlpResult(result, objective, bound, seconds, grouping, pools, options, n_bin, n_con)
+        return IlpResult(status, objective, bound, seconds, grouping, pools, options, n_bin, n_con)
 
 
 def _inf(value: float, highs_inf: float) -> float:
@@ -596,11 +618,13 @@ def solve_ilp(
     max_pools: int = 150,
     granularity: Granularity | None = None,
     progress: Callable[[str], None] | None = None,
+    leaf_solver: Callable[[IlpModel, float], IlpResult] | None = None,
 ) -> tuple[IlpResult, IlpSpace | None, str]:
     """Build the space at the finest affordable granularity, then branch over L1: one MILP per grouping in
     increasing lower bound, each cut off at the incumbent, skipped when its bound cannot beat it. The
     reported bound is the minimum over groupings of what is proven (MILP bound, cheap bound, or +inf). The
-    tables get TABLES_SHARE of what is left of the `budget`, the MILPs the rest."""
+    tables get TABLES_SHARE of what is left of the `budget`, the MILPs the rest. `leaf_solver(model, seconds)`
+    solves each leaf instead of HiGHS directly (ilp_pyomo.py: any solver pyomo drives)."""
     budget = budget.from_now()
     gran = granularity or choose_granularity(tables, max_pools)
     if gran is None:
@@ -628,7 +652,7 @@ def solve_ilp(
         if progress:
             progress(f"ILP: grouping {' | '.join('+'.join(g) for g in grouping)}")
         model = IlpModel(tables, subspace(space, grouping), cutoff=best.objective if best else None)
-        result = model.solve(remaining)
+        result = model.solve(remaining) if leaf_solver is None else leaf_solver(model, remaining)
         solve_s += result.seconds
         n_bin, n_con = max(n_bin, result.n_binaries), max(n_con, result.n_constraints)
         if result.status == "infeasible":  # nothing in this grouping beats the cutoff (or fits at all)
