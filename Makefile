@@ -3,7 +3,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.hetrl-setup
-APT_PACKAGES := openssh-server iproute2
+# openssh-server, iproute2: the SSH end-to-end tests; coinor-cbc: a second MILP solver for the ILP through pyomo
+# (`hetrl plan --mip-solver cbc`, tests/planner/test_ilp_pyomo.py).
+APT_PACKAGES := openssh-server iproute2 coinor-cbc
 
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.hetrl-setup
@@ -14,8 +16,8 @@ setup: $(STAMP)
 
 # torch is pinned and installed first: left to itself pip would pull a multi-GB CUDA build (PLATFORM.md).
 $(STAMP): pyproject.toml Makefile
-	@if [ "$$(id -u)" = 0 ] && ! [ -x /usr/sbin/sshd ]; then \
-		echo "installing $(APT_PACKAGES) (needed by the SSH end-to-end tests)"; \
+	@if [ "$$(id -u)" = 0 ] && { ! [ -x /usr/sbin/sshd ] || ! command -v cbc >/dev/null; }; then \
+		echo "installing $(APT_PACKAGES) (needed by the SSH end-to-end tests and the CBC solver tests)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi
 	test -x $(PY) || python3 -m venv $(VENV)

@@ -195,6 +195,13 @@ def plan(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the plan on stdout, nothing else (also written to -o if given).")
     ] = False,
+    mip_solver: Annotated[
+        str | None,
+        typer.Option("--mip-solver", help="ILP: solve its MILPs with this pyomo solver (cbc, glpk, gurobi, ...)."),
+    ] = None,
+    write_model: Annotated[
+        Path | None, typer.Option("--write-model", help="ILP: also write its MILPs to this folder as MPS and LP.")
+    ] = None,
 ) -> None:
     """Choose task grouping, devices and TP/PP/DP per task that minimise predicted iteration time."""
     from hetrl_cli.artifacts.io import check_writable, load_artifact, save_artifact
@@ -224,6 +231,8 @@ def plan(
         seed=seed,
         name=name,
         calibration=factors,
+        mip_solver=mip_solver,
+        write_model=write_model,
     )
     target = output or ("-" if json_out else f"plans/{result.name}.json")
     save_artifact(result, target)

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hetrl_cli.artifacts.plan import Plan, SolverStats
 from hetrl_cli.artifacts.profile import ClusterProfile
@@ -17,6 +19,9 @@ from hetrl_cli.artifacts.workload import TASK_ROLE, Workload
 from hetrl_cli.costmodel.types import GroupPlacement, PlanEstimate, TaskPlacement
 from hetrl_cli.errors import BadInput, Infeasible
 from hetrl_cli.planner.search import MIN_STAGE_S, Budget
+
+if TYPE_CHECKING:
+    from hetrl_cli.planner.ilp_pyomo import LeafOptions
 
 SOLVERS = ("auto", "ilp", "hybrid", "verl", "streamrl")
 AUTO_ILP_SHARE = 0.5
@@ -50,29 +55,35 @@ def make_plan(
     seed: int = 0,
     name: str | None = None,
     calibration: dict | None = None,
+    mip_solver: str | None = None,
+    write_model: Path | None = None,
 ) -> Plan:
     """Plan `workload` on `profile` with `solver` ('auto', 'ilp', 'hybrid', 'verl', 'streamrl').
 
     The budget is the whole call's: building the cost model and tables, the baselines, the solver and the
     final re-scoring (the solver gets what is left). It is made here, once, from `budget_s` and `max_evals`
     (`--budget`, `--max-evals`); every stage asks it or a part of it (planner/search.py). `calibration` is
-    `Calibration.factors()` (hetrl calibrate): the cost model every solver scores with."""
+    `Calibration.factors()` (hetrl calibrate): the cost model every solver scores with. `mip_solver` (a pyomo
+    solver name) and `write_model` (a folder for the leaves as MPS/LP) apply to the ILP (planner/ilp_pyomo.py)."""
     start = time.monotonic()
     from hetrl_cli.costmodel.model import CostModel
     from hetrl_cli.planner.build import to_plan
+    from hetrl_cli.planner.ilp_pyomo import LeafOptions
     from hetrl_cli.planner.tables import Tables
 
     if solver not in SOLVERS:
         raise BadInput(f"unknown solver {solver!r}; choose one of: {', '.join(SOLVERS)}")
     if budget_s <= 0:
         raise BadInput(f"budget must be positive, got {budget_s} s")
+    leaves = LeafOptions(mip_solver, write_model)
+    leaves.check(solver)
     budget = Budget(budget_s, max_evals, start=start)
     cost_model = CostModel(profile, workload, calibration)
     tables = Tables(cost_model, profile, workload)
     check_feasible(tables)
     plan_name = name or f"{profile.name}-{solver}"
     with progress_reporter() as report:
-        outcome = _solve(tables, solver, budget.first(1 - FINISH_SHARE), seed, report)
+        outcome = _solve(tables, solver, budget.first(1 - FINISH_SHARE), seed, report, leaves)
         outcome.stats.seconds = time.monotonic() - start
     estimate = cost_model.evaluate(outcome.groups, outcome.placements)
     if not estimate.feasible:  # never emit a plan that does not fit
@@ -81,7 +92,7 @@ def make_plan(
     return to_plan(cost_model, estimate, outcome.groups, outcome.stats, plan_name)
 
 
-def _solve(tables, solver: str, budget: Budget, seed: int, report) -> Outcome:
+def _solve(tables, solver: str, budget: Budget, seed: int, report, leaves: LeafOptions | None = None) -> Outcome:
     """Run `solver` within `budget`, seeded with and never worse than the baselines."""
     from hetrl_cli.planner import baselines
 
@@ -105,7 +116,7 @@ def _solve(tables, solver: str, budget: Budget, seed: int, report) -> Outcome:
     if solver == "auto":
         solver, note = choose_solver(tables, budget)
     if solver == "ilp":
-        outcome = run_ilp(tables, budget, seed, bases, report)
+        outcome = run_ilp(tables, budget, seed, bases, report, leaves)
     else:
         outcome = run_hybrid(tables, budget, seed, bases, report)
     if note:
@@ -132,12 +143,15 @@ def choose_solver(tables, budget: Budget) -> tuple[str, str]:
     return "hybrid", f"hybrid, the ILP tables would take ~{estimate_s:.0f} s of the {budget_s:.0f} s budget"
 
 
-def run_ilp(tables, budget: Budget, seed: int, bases, report) -> Outcome:
+def run_ilp(tables, budget: Budget, seed: int, bases, report, leaves: LeafOptions | None = None) -> Outcome:
     """The ILP within `budget`; when it gives no plan (space too large, no incumbent in time), the hybrid
-    search for what is left (at least FALLBACK_MIN_S)."""
+    search for what is left (at least FALLBACK_MIN_S). `leaves`: another MILP solver, leaf model files."""
     from hetrl_cli.planner.ilp import realise, solve_ilp
+    from hetrl_cli.planner.ilp_pyomo import LeafOptions
 
-    result, _space, note = solve_ilp(tables, budget, progress=report)
+    leaves = leaves or LeafOptions()
+    result, space, note = solve_ilp(tables, budget, progress=report, leaf_solver=leaves.leaf_solver())
+    note += leaves.finish(tables, space)
     if result.options is None:
         why = {"toolarge": note, "nosolution": "no incumbent within the time limit"}.get(result.status, result.status)
         fallback = run_hybrid(tables, budget.at_least(FALLBACK_MIN_S), seed, bases, report)
