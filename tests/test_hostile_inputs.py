@@ -93,7 +93,11 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "plan: true for micro_batch": (_plan(_set("workload.micro_batch", True)), "valid integer"),
     "plan: a number as text": (_plan(_set("workload.micro_batch", "8")), "valid integer"),
     "plan: empty": (_plan_text(lambda _: ""), "no input"),
-    "plan: larger than 64 MiB": (_plan_text(lambda t: t + " " * (65 * 2**20)), "more than an artifact"),
+    "plan: 100,000 timeline bars": (
+        _plan(lambda d: d["cost"].update(timeline=d["cost"]["timeline"][:1] * 100_000)),
+        "at most 1000 items",
+    ),
+    "plan: larger than 16 MiB": (_plan_text(lambda t: t + " " * (17 * 2**20)), "more than an artifact"),
     "profile: NaN TFLOP/s": (_profile(_set("devices.0.peak_tflops.bf16", float("nan"))), "finite number"),
     "profile: negative TFLOP/s": (_profile(_set("devices.0.peak_tflops.bf16", -5.0)), "greater than or equal"),
     "profile: a 1 MB host name": (_profile(_set("hosts.0.name", "h" * 2**20)), "too long"),

@@ -114,9 +114,9 @@ def format_validation_error(where: str, err: ValidationError, every: bool = Fals
     return f"{where}: {one(errors[0])}{tail}"
 
 
-MAX_ARTIFACT_CHARS = 64 * 2**20
-"""Larger input is refused before parsing: no cluster hetrl plans for comes near it, and unbounded input would
-cost minutes of parsing and printing."""
+MAX_ARTIFACT_CHARS = 16 * 2**20
+"""Larger input is refused before parsing: a plan for 1,000 hosts of 8 GPUs is 1.1 MiB, and unbounded input
+would cost minutes of parsing and printing."""
 
 
 def _no_constant(name: str) -> float:

@@ -14,7 +14,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from hetrl_cli.artifacts.base import Artifact, Strict, check_artifact_name
 from hetrl_cli.artifacts.hosts import check_device_id
-from hetrl_cli.artifacts.rl import TaskName
+from hetrl_cli.artifacts.rl import ALL_TASKS, TaskName
 from hetrl_cli.artifacts.workload import Workload
 
 
@@ -96,6 +96,11 @@ class TaskGroup(Strict):
     devices: list[Annotated[str, AfterValidator(check_device_id)]]
 
 
+MAX_TIMELINE = 1000
+"""A plan's timeline has a bar per task, transfer and sync (tens); more is not a plan hetrl wrote, and printing
+it would cost minutes."""
+
+
 class TimelineEntry(Strict):
     """When a task (or a transfer) runs inside one iteration, for the Gantt chart."""
 
@@ -118,7 +123,7 @@ class PlanCost(Strict):
     """Rollout/experience data moved between groups."""
     breakdown: dict[str, float] = Field(default_factory=dict)
     """Seconds on the critical path by term: compute, memory, comm, bubble, weight_sync, transfer, other."""
-    timeline: list[TimelineEntry] = Field(default_factory=list)
+    timeline: list[TimelineEntry] = Field(default_factory=list, max_length=MAX_TIMELINE)
     bottleneck: str = ""
     """One sentence: what bounds the iteration."""
 
@@ -149,8 +154,8 @@ class Plan(Artifact):
     profile_name: str
     profile_fingerprint: str
     workload: Workload
-    groups: list[TaskGroup]
-    tasks: list[TaskPlan]
+    groups: list[TaskGroup] = Field(max_length=len(ALL_TASKS))
+    tasks: list[TaskPlan] = Field(max_length=len(ALL_TASKS))
     cost: PlanCost
     solver: SolverStats
     memory_per_device: dict[str, int] = Field(default_factory=dict)
