@@ -8,16 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from hetrl_cli.artifacts.base import Artifact, Strict
-from hetrl_cli.artifacts.rl import (  # noqa: F401  (ALL_TASKS, TASK_ROLE, TaskName: read from here by older imports)
-    ALGORITHMS,
-    ALL_TASKS,
-    TASK_ROLE,
-    Algorithm,
-    Mode,
-    Role,
-    TaskName,
-    check_rule_name,
-)
+from hetrl_cli.artifacts.rl import ALGORITHMS, Algorithm, Mode, Role, TaskName, check_rule_name
 from hetrl_cli.errors import BadInput
 
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from hetrl_cli.artifacts.plan import Plan, SolverStats
 from hetrl_cli.artifacts.profile import ClusterProfile
-from hetrl_cli.artifacts.workload import TASK_ROLE, Workload
+from hetrl_cli.artifacts.rl import TASK_ROLE
+from hetrl_cli.artifacts.workload import Workload
 from hetrl_cli.costmodel.types import GroupPlacement, PlanEstimate, TaskPlacement
 from hetrl_cli.errors import BadInput, Infeasible
 from hetrl_cli.planner.search import MIN_STAGE_S, Budget

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hetrl_cli.artifacts.workload import TaskName
+from hetrl_cli.artifacts.rl import TaskName
 from hetrl_cli.costmodel.types import GroupPlacement, PlanEstimate, TaskPlacement
 from hetrl_cli.planner.space import host_chunks, layouts, max_pp_of, place
 from hetrl_cli.planner.tables import Tables, group_name

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hetrl_cli.artifacts.workload import TaskName
+from hetrl_cli.artifacts.rl import TaskName
 from hetrl_cli.planner.screen import Screen, Screened
 from hetrl_cli.planner.search import IDLE, Block, Budget, Candidate, Subset
 from hetrl_cli.planner.space import DeviceClass, groupings

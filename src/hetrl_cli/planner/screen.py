@@ -31,8 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetrl_cli.artifacts.rl import PHASES
-from hetrl_cli.artifacts.workload import TaskName
+from hetrl_cli.artifacts.rl import PHASES, TaskName
 from hetrl_cli.costmodel.compose import iteration_s
 from hetrl_cli.planner.search import IDLE, Budget, Candidate, GenomeSearch, Subset
 from hetrl_cli.planner.tables import PHASE_OF, PairSpec

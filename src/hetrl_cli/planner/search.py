@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from hetrl_cli.artifacts.workload import TaskName
+from hetrl_cli.artifacts.rl import TaskName
 
 if TYPE_CHECKING:
     from hetrl_cli.planner.space import DeviceClass

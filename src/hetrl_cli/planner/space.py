@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hetrl_cli.artifacts.profile import ClusterProfile, Device
-from hetrl_cli.artifacts.workload import TaskName, Workload
+from hetrl_cli.artifacts.rl import TaskName
+from hetrl_cli.artifacts.workload import Workload
 from hetrl_cli.costmodel.devices import compute_tflops
 from hetrl_cli.costmodel.types import TaskPlacement
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetrl_cli.artifacts.profile import ClusterProfile
-from hetrl_cli.artifacts.rl import PHASES, SYNCED, sync_roles
-from hetrl_cli.artifacts.workload import TASK_ROLE, TaskName, Workload
+from hetrl_cli.artifacts.rl import PHASES, SYNCED, TASK_ROLE, TaskName, sync_roles
+from hetrl_cli.artifacts.workload import Workload
 from hetrl_cli.costmodel.compose import iteration_s, overlaps, span
 from hetrl_cli.costmodel.types import GroupPlacement, TaskEstimate, TaskPlacement
 from hetrl_cli.planner.space import (
