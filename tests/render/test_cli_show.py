@@ -98,3 +98,14 @@ def test_plan_pipe_show_end_to_end(columns: int) -> None:
         assert title in result.stdout, title
     assert "\x1b[" not in result.stdout
     assert max(len(line.rstrip()) for line in result.stdout.splitlines()) <= columns
+
+
+def test_show_without_a_profile_knows_the_cluster_size_from_the_plan(tmp_path) -> None:
+    """The single-region ILP plan leaves the 16 L4s idle: without --profile, show still counts all 64."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    argv = ["hetrl", "plan", "profiles/paper-single-region.json", "--solver", "ilp", "--budget", "30s", "-o"]
+    made = subprocess.run([*argv, str(tmp_path / "p.json")], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    shown = subprocess.run(["hetrl", "show", str(tmp_path / "p.json")], env=env, capture_output=True, text=True)
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("devices"))
+    assert " used of 64 on 8 hosts" in line and "idle" in line

@@ -160,6 +160,9 @@ class Plan(Artifact):
     solver: SolverStats
     memory_per_device: dict[str, int] = Field(default_factory=dict)
     """Predicted peak memory per device over the whole iteration."""
+    cluster_devices: list[Annotated[str, AfterValidator(check_device_id)]] = Field(default_factory=list)
+    """Every device of the profile the plan was made for, idle ones included, so `show` without --profile
+    knows the cluster's size (empty in plans written before hetrl recorded it)."""
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Plan:

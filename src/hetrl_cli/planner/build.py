@@ -77,6 +77,7 @@ def to_plan(
         cost=cost,
         solver=solver,
         memory_per_device=dict(estimate.memory_per_device),
+        cluster_devices=[d.id for d in model.profile.devices],
     )
 
 

@@ -290,11 +290,11 @@ def device_facts(plan: Plan, profile: ClusterProfile | None) -> dict[str, Device
         regions = {h.name: h.region for h in profile.hosts}
         for d in profile.devices:
             facts[d.id] = DeviceFacts(d.id, d.host, d.index, short_type(d), regions.get(d.host, ""), d.memory_bytes)
-    for group in plan.groups:
-        for device_id in group.devices:
-            if device_id not in facts:
-                host, index = split_device_id(device_id)
-                facts[device_id] = DeviceFacts(device_id, host, index)
+    listed = plan.cluster_devices if profile is None else []  # the profile, when given, is the inventory
+    for device_id in [*listed, *(d for group in plan.groups for d in group.devices)]:
+        if device_id not in facts:
+            host, index = split_device_id(device_id)
+            facts[device_id] = DeviceFacts(device_id, host, index)
     return facts
 
 
