@@ -246,6 +246,67 @@ def test_missing_python_missing_hetrl_and_a_crash_are_each_reported(
     ]
 
 
+# ---- progress ---------------------------------------------------------------------------------------------
+
+
+@slow
+def test_off_a_terminal_each_finished_host_and_link_step_is_one_whole_line(
+    hetrl: Hetrl, sshd_hosts: SshdHosts, tmp_path: Path
+) -> None:
+    """CI logs see progress while the probes run: one line per host as it finishes, one per link step, never
+    wrapped (even at 40 columns)."""
+    import re
+
+    a, b = (f"{addr}:{sshd_hosts.port}" for addr in sshd_hosts.addresses[:2])
+    text = sshd_hosts.hosts_line(sshd_hosts.addresses[0]) + sshd_hosts.hosts_line(sshd_hosts.addresses[1])
+    result = hetrl(*profile_args(sshd_hosts, write_hosts(tmp_path, text), "--json"), COLUMNS="40")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    progress = [line for line in lines if line.startswith("profile: ")]
+    assert len(progress) == 4, result.stderr
+    for name in (a, b):
+        assert any(re.fullmatch(rf"profile: {re.escape(name)} done \(1 device, \d+\.\d s\)", x) for x in progress)
+    assert progress[2] == f"profile: links: {a} <-> {b} (1/1)"
+    assert re.fullmatch(r"profile: links: 1 of 1 measured \(\d+\.\d s\)", progress[3])
+
+
+@slow
+def test_on_a_terminal_progress_stays_live_without_log_lines(tmp_path: Path) -> None:
+    """stderr on a pty: rich's live host lines, not the plain lines meant for logs."""
+    import pty
+    import threading
+
+    from conftest import HETRL, hetrl_env
+
+    hosts_file = write_hosts(tmp_path, "localhost\n")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([HETRL, "profile", str(hosts_file), "--json"], stdout=subprocess.PIPE, stderr=follower,
+                            env=hetrl_env(TERM="xterm"), text=True)  # fmt: skip
+    os.close(follower)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(leader, 4096)
+            except OSError:  # the child closed the pty
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    stdout, _ = proc.communicate(timeout=120)
+    reader.join(timeout=10)
+    os.close(leader)
+    seen = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0, seen
+    assert json.loads(stdout)["hosts"][0]["name"] == "localhost"
+    assert "localhost: " in seen  # the live line
+    assert "profile: localhost done" not in seen
+
+
 # ---- the probe on its own -------------------------------------------------------------------------------
 
 
