@@ -88,7 +88,9 @@ def keygen(path: Path, comment: str) -> str:
     return " ".join(path.with_suffix(".pub").read_text().split()[:2])
 
 
-def write_config(root: Path, port: int, addresses: tuple[str, ...], host_key: Path, authorized: Path) -> Path:
+def write_config(
+    root: Path, port: int, addresses: tuple[str, ...], host_key: Path, authorized: Path, extra: tuple[str, ...] = ()
+) -> Path:
     lines = [
         f"Port {port}",
         *(f"ListenAddress {a}" for a in addresses),
@@ -104,6 +106,7 @@ def write_config(root: Path, port: int, addresses: tuple[str, ...], host_key: Pa
         "MaxStartups 50",
         "LogLevel VERBOSE",
         "Subsystem sftp /usr/lib/openssh/sftp-server",
+        *extra,
     ]
     config = root / "sshd_config"
     config.write_text("\n".join(lines) + "\n")
@@ -127,8 +130,9 @@ def _wait_listening(addresses: tuple[str, ...], port: int, proc: subprocess.Pope
 
 
 @contextlib.contextmanager
-def start_sshd(root: Path, addresses: tuple[str, ...] = ADDRESSES) -> Iterator[SshdHosts]:
-    """Run sshd on `addresses` until the block ends; everything lives under `root`."""
+def start_sshd(root: Path, addresses: tuple[str, ...] = ADDRESSES, extra: tuple[str, ...] = ()) -> Iterator[SshdHosts]:
+    """Run sshd on `addresses` until the block ends; everything lives under `root`. `extra` lines end the
+    config (e.g. `Match LocalAddress` blocks that let one address forward only to another)."""
     import getpass
 
     root.mkdir(parents=True, exist_ok=True)
@@ -139,7 +143,7 @@ def start_sshd(root: Path, addresses: tuple[str, ...] = ADDRESSES) -> Iterator[S
     authorized = root / "authorized_keys"
     authorized.write_text(user_pub + "\n")
     port = free_port(addresses)
-    config = write_config(root, port, addresses, root / "host_ed25519", authorized)
+    config = write_config(root, port, addresses, root / "host_ed25519", authorized, extra)
     subprocess.run([SSHD, "-t", "-f", str(config)], check=True, timeout=30)
     log = root / "sshd.log"
     with log.open("w") as log_fh:

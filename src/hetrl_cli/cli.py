@@ -58,6 +58,21 @@ def _root(
     _state["debug"] = debug
 
 
+SshConfigOption = Annotated[
+    Path | None, typer.Option("--ssh-config", help="ssh config naming the hosts (default ~/.ssh/config).")
+]
+NoSshConfigOption = Annotated[
+    bool, typer.Option("--no-ssh-config", help="Read no ssh config: hosts.txt alone says how to reach hosts.")
+]
+
+
+def _ssh_config_options(ssh_config: Path | None, no_ssh_config: bool) -> dict[str, object]:
+    """--ssh-config and --no-ssh-config as the ProfileOptions/RunOptions fields they set."""
+    if ssh_config is not None and no_ssh_config:
+        raise BadInput("give either --ssh-config PATH or --no-ssh-config, not both")
+    return {"ssh_config": ssh_config, "use_ssh_config": not no_ssh_config}
+
+
 def _stderr_console():
     from hetrl_cli.render.console import make_console
 
@@ -86,6 +101,8 @@ def profile(
     known_hosts: Annotated[
         Path | None, typer.Option("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts).")
     ] = None,
+    ssh_config: SshConfigOption = None,
+    no_ssh_config: NoSshConfigOption = False,
     allow_partial: Annotated[
         bool, typer.Option("--allow-partial", help="Write what was measured; mark unreachable hosts missing.")
     ] = False,
@@ -111,6 +128,7 @@ def profile(
             accept_new_host_keys=accept_new_host_keys,
             known_hosts=known_hosts,
             allow_partial=allow_partial,
+            **_ssh_config_options(ssh_config, no_ssh_config),
             links_file=links_file,
             name=name,
         )
@@ -443,6 +461,8 @@ def run(
     known_hosts: Annotated[
         Path | None, typer.Option("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts).")
     ] = None,
+    ssh_config: SshConfigOption = None,
+    no_ssh_config: NoSshConfigOption = False,
     ssh_timeout: Annotated[
         str, typer.Option("--ssh-timeout", help="Limit of each SSH operation (connect, preflight, stop).")
     ] = "60s",
@@ -478,6 +498,7 @@ def run(
         hosts_file=hosts_file,
         known_hosts=known_hosts,
         ssh_timeout_s=parse_duration(ssh_timeout),
+        **_ssh_config_options(ssh_config, no_ssh_config),
         tensorboard=not no_tensorboard,
         live=False if plain else None,
         view=LiveView,

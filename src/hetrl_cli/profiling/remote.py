@@ -38,10 +38,12 @@ from hetrl_cli.remote.ssh import (
     Completed,
     HostFailure,
     KnownHosts,
+    SshSettings,
     connect,
     host_python,
 )
 from hetrl_cli.remote.ssh import remote_command as remote_command  # re-exported: tests and callers use it here
+from hetrl_cli.remote.sshconfig import SshConfig
 
 FULL_MEASURE_PAIRS_UP_TO = 8
 """Up to this many hosts every pair is measured; beyond it a sample (see `choose_pairs`)."""
@@ -69,6 +71,10 @@ class ProfileOptions:
     """Profile name; None = the hosts file's stem."""
     quick: bool | None = None
     """Tiny microbenchmarks (tests); None = from the HETRL_PROBE_QUICK environment variable."""
+    ssh_config: Path | None = None
+    """ssh config file naming the hosts; None = ~/.ssh/config (when it exists)."""
+    use_ssh_config: bool = True
+    """False (--no-ssh-config): hosts.txt alone says how to reach each host."""
 
 
 # ---- running commands on a host --------------------------------------------------------------------------
@@ -264,7 +270,7 @@ def _guarded(run: HostRun, report: Callable, step: Callable[[], None]) -> None:
         report(run.entry.name, "failed")
 
 
-def prepare_one(entry: HostEntry, known: KnownHosts, quick: bool, timeout_s: float, report: Callable) -> HostRun:
+def prepare_one(entry: HostEntry, ssh: SshSettings, quick: bool, timeout_s: float, report: Callable) -> HostRun:
     """Connect (unless local) and start the probe on one host, up to its ready line."""
     run = HostRun(entry)
 
@@ -273,7 +279,7 @@ def prepare_one(entry: HostEntry, known: KnownHosts, quick: bool, timeout_s: flo
             run.executor = LocalExecutor()
         else:
             report(entry.name, "connecting")
-            run.executor = connect(entry, known, timeout_s)
+            run.executor = connect(entry, ssh, timeout_s)
         report(entry.name, "starting probe")
         run.probe = start_probe(run.executor, entry, quick, timeout_s)
         report(entry.name, "ready")
@@ -367,8 +373,9 @@ def measure_pair(a: HostRun, b: HostRun, quick: bool, timeout_s: float) -> dict[
     """Server on one host, client on the other. A local host is always the client: the remote end can be
     reached at its hosts.txt address, but we do not know which address the remote would reach us at."""
     server, client = (b, a) if a.entry.is_local and not b.entry.is_local else (a, b)
-    address = "127.0.0.1" if server.entry.is_local else server.entry.host
     assert server.executor is not None and client.executor is not None
+    # An ssh config alias means nothing to the other host: it reaches the server at its HostName.
+    address = "127.0.0.1" if server.entry.is_local else getattr(server.executor, "address", "") or server.entry.host
     token = secrets.token_hex(8)
     bind = "::" if ":" in address else "0.0.0.0"
     serve = netbench_argv(host_python(server.entry), "serve", "--token", token, "--bind", bind)
@@ -591,11 +598,15 @@ def profile_hosts(hosts_file: Path | str, options: ProfileOptions) -> ClusterPro
     overrides = load_link_overrides(options.links_file, entries) if options.links_file else []
     quick = options.quick if options.quick is not None else os.environ.get(QUICK_ENV, "") not in ("", "0")
     known = KnownHosts(options.known_hosts or Path.home() / ".ssh" / "known_hosts", options.accept_new_host_keys)
+    ssh = SshSettings(known, SshConfig.load(options.ssh_config, options.use_ssh_config))
+    for entry in entries:  # a bad ssh config is one line before any connection
+        if not entry.is_local:
+            ssh.config.resolve(entry)
     started = time.monotonic()
     with _Progress((e.name for e in entries), options.allow_partial) as progress:
         # 2) connect and start the probe on all hosts in parallel, then benchmark them all together
         with ThreadPoolExecutor(max_workers=min(32, len(entries))) as pool:
-            runs = list(pool.map(lambda e: prepare_one(e, known, quick, options.timeout_s, progress.report), entries))
+            runs = list(pool.map(lambda e: prepare_one(e, ssh, quick, options.timeout_s, progress.report), entries))
             probe_together(runs, pool, options.timeout_s, progress.report)
         try:
             for line in known.added:

@@ -1,5 +1,6 @@
-"""SSH to the hosts of hosts.txt: one connection recipe (strict host keys, no ssh_config, per-operation
-timeouts, one-sentence errors) shared by `hetrl profile` and the multi-host `hetrl run` launcher.
+"""SSH to the hosts of hosts.txt: one connection recipe (strict host keys for the target and every jump
+host, ~/.ssh/config through remote/sshconfig.py, per-operation timeouts, one-sentence errors) shared by
+`hetrl profile` and the multi-host `hetrl run` launcher.
 
 Nothing from hosts.txt reaches a shell unquoted: commands are argument lists joined with shlex.quote.
 fabric and paramiko are imported inside the functions that need them (the CLI starts fast without them).
@@ -9,18 +10,18 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import getpass
 import hashlib
 import logging
 import shlex
 import socket
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hetrl_cli.artifacts.hosts import HostEntry
+from hetrl_cli.remote.sshconfig import SshConfig, SshTarget
 
 # ---- running commands on a host --------------------------------------------------------------------------
 
@@ -51,8 +52,12 @@ def quote_path(path: str) -> str:
 class SshExecutor:
     """Runs commands on a host over one fabric connection (opened, with host-key checks, by `connect`)."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, address: str = "", gateways: list[Any] | None = None) -> None:
         self.conn = conn
+        self.address = address
+        """The host's address after ssh config (HostName): what other hosts reach it at."""
+        self.gateways = gateways or []
+        """Jump-host connections the target is tunnelled through, first hop first."""
 
     def run(self, argv: list[str], timeout_s: float) -> Completed:
         from invoke.exceptions import CommandTimedOut
@@ -71,6 +76,8 @@ class SshExecutor:
 
     def close(self) -> None:
         self.conn.close()
+        for gateway in reversed(self.gateways):
+            gateway.close()
 
 
 class _SshStarted:
@@ -176,30 +183,61 @@ class UnknownHostKey(Exception):
         self.key = key
 
 
-def connect(entry: HostEntry, known: KnownHosts, timeout_s: float) -> SshExecutor:
-    """Open an SSH connection with strict host-key checking (no ssh_config, no stdin forwarding)."""
-    from fabric import Config, Connection
+@dataclass
+class SshSettings:
+    """How every connection of one command is made: the known_hosts that host keys are checked against (for
+    the target and every jump host alike) and the ssh config that names the hosts (remote/sshconfig.py)."""
 
+    known: KnownHosts
+    config: SshConfig = field(default_factory=SshConfig.none)
+
+
+def connect(entry: HostEntry, ssh: SshSettings, timeout_s: float) -> SshExecutor:
+    """Open an SSH connection to a hosts.txt entry as ssh config resolves it, through its ProxyJump hops if
+    any, each with strict host-key checking (no stdin forwarding). HostFailure, one sentence, naming the hop."""
     # paramiko logs transport errors (e.g. "Error reading SSH protocol banner") through logging's
     # last-resort handler straight to stderr; our message already says it, in one line.
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
+    target = ssh.config.resolve(entry)
+    if target.identities_only and not all(Path(k).is_file() for k in target.identities):
+        raise HostFailure(f"identity file {entry.identity} not found ({target.identity_from})")
+    opened: list[Any] = []
+    sock = None
+    try:
+        for hop in target.chain():
+            conn = _open_hop(hop, ssh.known, timeout_s, sock, is_target=hop is target)
+            opened.append(conn)
+            if hop is not target:
+                sock = _tunnel(conn, hop, target.chain()[len(opened)], timeout_s)
+    except BaseException:
+        for conn in reversed(opened):
+            conn.close()
+        raise
+    return SshExecutor(opened[-1], address=target.hostname, gateways=opened[:-1])
+
+
+def _open_hop(hop: SshTarget, known: KnownHosts, timeout_s: float, sock: Any, is_target: bool) -> Any:
+    """One fabric connection (the target or a jump host), strict host keys, over `sock` when tunnelled."""
+    from fabric import Config, Connection
+
     connect_kwargs: dict[str, Any] = {
         "timeout": timeout_s,
         "banner_timeout": timeout_s,
         "auth_timeout": timeout_s,
         "channel_timeout": timeout_s,
     }
-    if entry.identity:
-        key_path = Path(entry.identity).expanduser()
-        if not key_path.is_file():
-            raise HostFailure(f"identity file {entry.identity} not found (identity= in {entry.source})")
-        # Only the named key: a key found elsewhere must not log in as someone unexpected.
-        connect_kwargs.update(key_filename=[str(key_path)], look_for_keys=False, allow_agent=False)
+    if hop.identities:
+        # Only the named keys when asked: a key found elsewhere must not log in as someone unexpected.
+        connect_kwargs.update(
+            key_filename=list(hop.identities), look_for_keys=False, allow_agent=not hop.identities_only
+        )
     else:
         connect_kwargs.update(look_for_keys=True, allow_agent=True)
+    if sock is not None:
+        connect_kwargs["sock"] = sock
     config = Config(overrides={"load_ssh_configs": False, "run": {"in_stream": False}})
     conn = Connection(
-        entry.host, user=entry.user or getpass.getuser(), port=entry.port, config=config, connect_kwargs=connect_kwargs
+        hop.hostname, user=hop.user, port=hop.port, config=config, connect_kwargs=connect_kwargs, gateway=False
     )
     conn.client.set_missing_host_key_policy(known.policy())
     if known.path.is_file():
@@ -210,27 +248,43 @@ def connect(entry: HostEntry, known: KnownHosts, timeout_s: float) -> SshExecuto
         transport = conn.client.get_transport()
         banner_seen = bool(getattr(transport, "remote_version", None))
         conn.close()
-        raise HostFailure(explain_connect_error(exc, entry, known, timeout_s, banner_seen)) from None
-    return SshExecutor(conn)
+        reason = explain_connect_error(exc, hop, known, timeout_s, banner_seen, is_jump=not is_target)
+        raise HostFailure(reason if is_target else f"jump host {hop.where}: {reason}") from None
+    return conn
 
 
-def _known_hosts_name(entry: HostEntry) -> str:
-    return entry.host if entry.port == 22 else f"[{entry.host}]:{entry.port}"
+def _tunnel(jump_conn: Any, jump: SshTarget, next_hop: SshTarget, timeout_s: float) -> Any:
+    """A direct-tcpip channel from the jump host to the next hop (what `ssh -J` asks the jump host for)."""
+    try:
+        return jump_conn.client.get_transport().open_channel(
+            "direct-tcpip", (next_hop.hostname, next_hop.port), ("", 0), timeout=timeout_s
+        )
+    except Exception as exc:
+        why = getattr(exc, "text", "") or f"{type(exc).__name__}: {exc}"  # paramiko.ChannelException has .text
+        raise HostFailure(
+            f"jump host {jump.where} could not open a connection to {next_hop.hostname}:{next_hop.port} "
+            f"({why.lower()}): is that address right as seen from the jump host, and does its sshd allow "
+            "TCP forwarding?"
+        ) from None
 
 
 def explain_connect_error(
-    exc: BaseException, entry: HostEntry, known: KnownHosts, timeout_s: float, banner_seen: bool = True
+    exc: BaseException,
+    hop: SshTarget,
+    known: KnownHosts,
+    timeout_s: float,
+    banner_seen: bool = True,
+    is_jump: bool = False,
 ) -> str:
     """One sentence: what went wrong connecting, and what to do about it."""
     import paramiko
 
-    where = f"{entry.host}:{entry.port}"
-    user = entry.user or getpass.getuser()
-    kh = _known_hosts_name(entry)
+    where = hop.where
+    kh = hop.known_hosts_name
     if isinstance(exc, UnknownHostKey):
         return (
             f"host key {exc.key.get_name()} {key_fingerprint(exc.key)} of {kh} is not in {known.path}: verify it "
-            f"and add it (ssh-keyscan -p {entry.port} {entry.host} >> {known.path}), or rerun with "
+            f"and add it (ssh-keyscan -p {hop.port} {hop.hostname} >> {known.path}), or rerun with "
             "--accept-new-host-keys"
         )
     if isinstance(exc, paramiko.BadHostKeyException):
@@ -240,15 +294,18 @@ def explain_connect_error(
             f"reinstalled, remove the old key with ssh-keygen -R '{kh}' -f {known.path})"
         )
     if isinstance(exc, paramiko.AuthenticationException):
-        key = f"key {entry.identity}" if entry.identity else "the default keys and agent"
+        key = f"key {', '.join(hop.identities)}" if hop.identities else "the default keys and agent"
+        if hop.identities and not hop.identity_from.startswith("identity="):
+            key += f" ({hop.identity_from})"
+        where_key = "set IdentityFile for it in ssh config" if is_jump else "set identity= in hosts.txt"
         return (
-            f"SSH authentication failed for {user}@{where} with {key}: add the public key to that host's "
-            "authorized_keys or set identity= in hosts.txt"
+            f"SSH authentication failed for {hop.user}@{where} with {key}: add the public key to that host's "
+            f"authorized_keys or {where_key}"
         )
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
         return f"connection refused at {where}: is sshd running there and is the port right?"
     if isinstance(exc, socket.gaierror):
-        return f"cannot resolve host name {entry.host!r}: check the name or use an IP address"
+        return f"cannot resolve host name {hop.hostname!r}: check the name (or its HostName in ssh config)"
     if isinstance(exc, TimeoutError | socket.timeout):
         return f"timed out after {timeout_s:g}s connecting to {where}: host down or port filtered? (--timeout)"
     # paramiko may report a banner timeout as "No existing session": no server version seen says what it was.

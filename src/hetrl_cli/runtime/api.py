@@ -59,6 +59,10 @@ class RunOptions:
     """hosts.txt the profile was made from: how to reach the plan's hosts (needed when the plan spans hosts)."""
     known_hosts: Path | None = None
     """known_hosts for strict host-key checks; None = ~/.ssh/known_hosts."""
+    ssh_config: Path | None = None
+    """ssh config naming the hosts (aliases, User, Port, IdentityFile, ProxyJump); None = ~/.ssh/config."""
+    use_ssh_config: bool = True
+    """False (--no-ssh-config): hosts.txt alone says how to reach each host."""
     ssh_timeout_s: float = 60.0
     """Limit of each SSH operation (connect, preflight, stop) of a multi-host run."""
     tensorboard: bool = True
@@ -233,15 +237,19 @@ def _launch_and_summarize(
 
 def _run_multihost(plan: Plan, options: RunOptions, slots: list) -> RunSummary:
     """Preflight every host (nothing is written before it passes), then one launch per host over SSH."""
-    from hetrl_cli.remote.ssh import KnownHosts
+    from hetrl_cli.remote.ssh import KnownHosts, SshSettings
+    from hetrl_cli.remote.sshconfig import SshConfig
     from hetrl_cli.runtime.multihost import launch_multihost, preflight, sync_inputs
 
     known = KnownHosts(options.known_hosts or Path.home() / ".ssh" / "known_hosts", accept_new=False)
+    ssh = SshSettings(known, SshConfig.load(options.ssh_config, options.use_ssh_config))
+    for slot in slots:  # a bad ssh config is one line before any connection; aliases become addresses
+        slot.address = ssh.config.resolve(slot.entry).hostname
     target = options.resume if options.resume else _new_run_dir(plan, options.run_dir).root
     target = Path(target).resolve()
     try:
         started_pf = time.monotonic()
-        engine, port = preflight(slots, plan, target, options.engine, known, options.ssh_timeout_s)
+        engine, port = preflight(slots, plan, target, options.engine, ssh, options.ssh_timeout_s)
         options.echo(f"preflight: {len(slots)} hosts ok in {time.monotonic() - started_pf:.1f}s")
         run = prepare(plan, _with_run_dir(options, target), engine)
         for stale in run.logs.glob("launch-*.pid"):
@@ -255,7 +263,7 @@ def _run_multihost(plan: Plan, options: RunOptions, slots: list) -> RunSummary:
             plan,
             run,
             lambda echo: launch_multihost(
-                run, slots, port, known, options.ssh_timeout_s, options.timeout_s, echo, devices
+                run, slots, port, ssh, options.ssh_timeout_s, options.timeout_s, echo, devices
             ),
             "every worker stopped on every host",
             options,

@@ -2,8 +2,8 @@
 
 Why this shape:
 - Hosts are reached with the same connection recipe as `hetrl profile` (hetrl_cli.remote.ssh: strict host keys,
-  per-operation timeouts). Every remote command is an argument list joined with shlex.quote; the preflight is a
-  fixed script whose only input is one quoted JSON argument.
+  ~/.ssh/config, per-operation timeouts). Every remote command is an argument list joined with shlex.quote; the
+  preflight is a fixed script whose only input is one quoted JSON argument.
 - All problems of all hosts are reported at once (a user fixing hosts one run at a time would hate us), before
   anything is written or launched.
 - Machine rank = position of the host in `layout.plan_hosts` (rank order), and each host runs exactly its plan
@@ -114,6 +114,8 @@ class HostSlot:
     entry: HostEntry
     machine_rank: int
     ranks: list[int]
+    address: str = ""
+    """Where other hosts reach it: HostName from ssh config (set by run_plan); '' = entry.host."""
     executor: Any = None
     facts: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
@@ -191,12 +193,12 @@ def workload_paths(plan: Plan) -> list[str]:
 # ---- preflight --------------------------------------------------------------------------------------------
 
 
-def preflight_one(slot: HostSlot, known: Any, timeout_s: float, args: dict[str, Any]) -> None:
+def preflight_one(slot: HostSlot, ssh: Any, timeout_s: float, args: dict[str, Any]) -> None:
     """Connect (strict host key) and run the preflight script; problems go to slot.problems, never raise."""
     from hetrl_cli.remote.ssh import CommandTimeout, HostFailure, connect
 
     try:
-        slot.executor = connect(slot.entry, known, timeout_s)
+        slot.executor = connect(slot.entry, ssh, timeout_s)
         done = slot.executor.run([slot.python, "-c", PREFLIGHT_SCRIPT, json.dumps(args)], timeout_s)
     except HostFailure as exc:
         slot.problems.append(str(exc))
@@ -245,13 +247,13 @@ def check_facts(slot: HostSlot, version: str, need_bytes: int, run_dir: Path) ->
 
 
 def preflight(
-    slots: list[HostSlot], plan: Plan, run_dir: Path, engine: str, known: Any, timeout_s: float
+    slots: list[HostSlot], plan: Plan, run_dir: Path, engine: str, ssh: Any, timeout_s: float
 ) -> tuple[str, int]:
     """Check every host in parallel; RemoteError listing every failing host. Returns (engine, main port)."""
     from hetrl_cli import __version__
     from hetrl_cli.runtime.engines import ENGINES, pick, probed_modules
 
-    main = slots[0].entry.host
+    main = slots[0].address or slots[0].entry.host
     base = {"run_dir": str(run_dir), "cwd": os.getcwd(), "paths": workload_paths(plan), "main": main,
             "engine_modules": list(probed_modules())}  # fmt: skip
     reward_hosts = user_reward_hosts(plan)
@@ -261,7 +263,7 @@ def preflight(
         return {**base, "port": slot.machine_rank == 0, "reward": reward}
 
     with ThreadPoolExecutor(max_workers=min(32, len(slots))) as pool:
-        list(pool.map(lambda s: preflight_one(s, known, timeout_s, args_of(s)), slots))
+        list(pool.map(lambda s: preflight_one(s, ssh, timeout_s, args_of(s)), slots))
     need = required_disk_bytes(plan)
     for slot in slots:
         if slot.facts:
@@ -355,7 +357,7 @@ def launch_argv(slot: HostSlot, slots: list[HostSlot], port: int, run_dir: Path)
     """accelerate's multi-host recipe (PLATFORM.md) when every host runs as many processes; torchrun otherwise
     (uneven counts, and a single process, which accelerate's --multi_gpu refuses)."""
     total = sum(len(s.ranks) for s in slots)
-    main = slots[0].entry.host
+    main = slots[0].address or slots[0].entry.host
     worker = ["-m", "hetrl_cli.runtime.worker", "--run-dir", str(run_dir)]
     if total > 1 and len({len(s.ranks) for s in slots}) == 1:
         return [
@@ -439,7 +441,7 @@ def stop_argv(slot: HostSlot, run: RunDir) -> list[str]:
             "--pid-file", str(launch_pid_file(run, slot.machine_rank))]  # fmt: skip
 
 
-def stop_host(slot: HostSlot, run: RunDir, known: Any, timeout_s: float) -> str | None:
+def stop_host(slot: HostSlot, run: RunDir, ssh: Any, timeout_s: float) -> str | None:
     """Close the pty (SIGHUP), then kill the launch group and the workers by pid file; None or why it failed."""
     from hetrl_cli.remote.ssh import connect
 
@@ -453,7 +455,7 @@ def stop_host(slot: HostSlot, run: RunDir, known: Any, timeout_s: float) -> str 
                 with contextlib.suppress(Exception):
                     if slot.executor is not None:
                         slot.executor.close()
-                slot.executor = connect(slot.entry, known, timeout_s)
+                slot.executor = connect(slot.entry, ssh, timeout_s)
             done = slot.executor.run(stop_argv(slot, run), budget)
             if done.rc == 0:
                 return None
@@ -464,9 +466,9 @@ def stop_host(slot: HostSlot, run: RunDir, known: Any, timeout_s: float) -> str 
     return f"could not reach it to stop its workers ({error}); check for processes of {run.root} there"
 
 
-def stop_all(slots: list[HostSlot], run: RunDir, known: Any, timeout_s: float, echo: Callable[[str], None]) -> None:
+def stop_all(slots: list[HostSlot], run: RunDir, ssh: Any, timeout_s: float, echo: Callable[[str], None]) -> None:
     with ThreadPoolExecutor(max_workers=min(32, len(slots))) as pool:
-        results = list(pool.map(lambda s: stop_host(s, run, known, timeout_s), slots))
+        results = list(pool.map(lambda s: stop_host(s, run, ssh, timeout_s), slots))
     for slot, problem in zip(slots, results, strict=True):
         if problem:
             echo(f"warning: {slot.name}: {problem}")
@@ -507,7 +509,7 @@ def launch_multihost(
     run: RunDir,
     slots: list[HostSlot],
     port: int,
-    known: Any,
+    ssh: Any,
     ssh_timeout_s: float,
     timeout_s: float,
     echo: Callable[[str], None],
@@ -539,19 +541,19 @@ def launch_multihost(
             if error_seen is not None and now - error_seen > ERROR_FILE_GRACE_S:
                 break
             if now > deadline:
-                stop_all(slots, run, known, ssh_timeout_s, echo)
+                stop_all(slots, run, ssh, ssh_timeout_s, echo)
                 raise HetrlError(f"run {run.root.name}: timed out after {timeout_s:.0f} s (--timeout); workers stopped")
             time.sleep(0.1)
     except KeyboardInterrupt:
-        stop_all(slots, run, known, ssh_timeout_s, echo)
+        stop_all(slots, run, ssh, ssh_timeout_s, echo)
         raise
     except HetrlError:
         raise
     except Exception as exc:  # e.g. a channel could not be opened: stop what did start
-        stop_all(slots, run, known, ssh_timeout_s, echo)
+        stop_all(slots, run, ssh, ssh_timeout_s, echo)
         raise RemoteError(f"run {run.root.name}: launch failed: {type(exc).__name__}: {exc}; workers stopped") from None
     failed = [s for s in slots if s.exit_code not in (None, 0)]
-    stop_all(slots, run, known, ssh_timeout_s, echo)
+    stop_all(slots, run, ssh, ssh_timeout_s, echo)
     culprit = pick_culprit(failed, run) if failed else _owner_of_first_error(slots, run)
     rank, how = diagnose(culprit, run)
     log = run.log(rank, "log") if rank is not None else None
