@@ -271,38 +271,16 @@ def test_off_a_terminal_each_finished_host_and_link_step_is_one_whole_line(
 
 
 @slow
-def test_on_a_terminal_progress_stays_live_without_log_lines(tmp_path: Path) -> None:
-    """stderr on a pty: rich's live host lines, not the plain lines meant for logs."""
-    import pty
-    import threading
+def test_on_a_terminal_progress_stays_live_without_log_lines(tmp_path: Path, monkeypatch) -> None:
+    """On a pty: rich's live host lines, not the plain lines meant for logs."""
+    from conftest import HETRL
+    from runtime.test_run_watch import run_in_pty
 
-    from conftest import HETRL, hetrl_env
-
+    monkeypatch.setenv("HETRL_PROBE_QUICK", "1")
     hosts_file = write_hosts(tmp_path, "localhost\n")
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen([HETRL, "profile", str(hosts_file), "--json"], stdout=subprocess.PIPE, stderr=follower,
-                            env=hetrl_env(TERM="xterm"), text=True)  # fmt: skip
-    os.close(follower)
-    chunks: list[bytes] = []
-
-    def read() -> None:
-        while True:
-            try:
-                data = os.read(leader, 4096)
-            except OSError:  # the child closed the pty
-                return
-            if not data:
-                return
-            chunks.append(data)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    stdout, _ = proc.communicate(timeout=120)
-    reader.join(timeout=10)
-    os.close(leader)
-    seen = b"".join(chunks).decode(errors="replace")
-    assert proc.returncode == 0, seen
-    assert json.loads(stdout)["hosts"][0]["name"] == "localhost"
+    code, seen = run_in_pty([HETRL, "profile", str(hosts_file), "-o", str(tmp_path / "p.json")], tmp_path, 120)
+    assert code == 0, seen
+    assert load_artifact(tmp_path / "p.json", ClusterProfile).hosts[0].name == "localhost"
     assert "localhost: " in seen  # the live line
     assert "profile: localhost done" not in seen
 
