@@ -40,12 +40,21 @@ def toy_records(seed: int, count: int = 256) -> list[Record]:
 
 
 def load_jsonl(path: str | Path) -> list[Record]:
-    """GSM8K-style JSONL: one object a line with string fields `prompt` and `answer`; errors name file:line."""
-    where = Path(path)
+    """GSM8K-style JSONL: one object a line with string fields `prompt` and `answer`; errors name file:line.
+
+    The launcher loads it once before anything starts (runtime.api), so a bad file ends there in one line."""
+    where = Path(path).expanduser()
+    fix = "set dataset.path to a UTF-8 JSONL file"
     try:
         lines = where.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise BadInput(f"{where}: no such dataset file; set dataset.path to a JSONL file") from None
+        raise BadInput(f"{where}: no such dataset file; {fix}") from None
+    except IsADirectoryError:
+        raise BadInput(f"{where}: is a directory, not a dataset file; {fix}") from None
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{where}: not UTF-8 text (byte {exc.start}); {fix}") from None
+    except OSError as exc:
+        raise BadInput(f"{where}: cannot read the dataset ({exc.strerror}); {fix}") from None
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -54,12 +63,19 @@ def load_jsonl(path: str | Path) -> list[Record]:
             item = json.loads(line)
         except json.JSONDecodeError as exc:
             raise BadInput(f"{where}:{number}: not valid JSON ({exc.msg})") from None
-        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) or "answer" not in item:
+        except (ValueError, RecursionError) as exc:  # a number over Python's digit limit, nesting too deep
+            raise BadInput(f"{where}:{number}: not a usable JSON line ({type(exc).__name__})") from None
+        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) or not _plain(item.get("answer")):
             raise BadInput(f"{where}:{number}: expected an object with string 'prompt' and 'answer'")
         records.append(Record(prompt=item["prompt"], answer=str(item["answer"])))
     if not records:
-        raise BadInput(f"{where}: the dataset has no records")
+        raise BadInput(f"{where}: the dataset has no records; {fix}")
     return records
+
+
+def _plain(answer: object) -> bool:
+    """An answer the reward can compare: a string or a plain number (GSM8K files carry both)."""
+    return isinstance(answer, str) or (isinstance(answer, int | float) and not isinstance(answer, bool))
 
 
 def load_records(kind: str, path: str | None, seed: int) -> list[Record]:

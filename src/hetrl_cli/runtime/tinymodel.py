@@ -9,13 +9,17 @@ torch/transformers/tokenizers are imported inside functions: the CLI imports thi
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import random
 import shutil
+import signal
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +119,9 @@ def ensure_tiny(cache_dir: str | Path, seed: int = 0) -> Path:
     """The directory of the tiny model for `seed` under `cache_dir`, building it first if absent.
 
     Processes of one host serialise on a lock file: the first builds into a temp dir and renames it into
-    place; the others wait, then load. A half-written build is never visible.
+    place; the others wait, then load. A half-written build is never visible, and none is left behind: a
+    build stopped by an exception or SIGTERM removes its temp dir, and one killed outright (SIGKILL) is swept
+    by the next build, which holds the lock, so no temp dir of that name can still be in use.
     """
     root = Path(cache_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -126,28 +132,85 @@ def ensure_tiny(cache_dir: str | Path, seed: int = 0) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / "config.json").exists():
             return target
+        for stale in root.glob(f".{target.name}.*"):
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
         try:
-            tokenizer = build_tokenizer(seed)
-            build_model(tokenizer, seed).save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            if not (tmp / "config.json").exists():
-                # transformers writes model files only on global rank 0 once torch.distributed is up
-                raise RuntimeError("tiny model build wrote no config.json: build it before init_process_group")
-            os.replace(tmp, target)
+            with _sigterm_raises():
+                tokenizer = build_tokenizer(seed)
+                build_model(tokenizer, seed).save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
+                if not (tmp / "config.json").exists():
+                    # transformers writes model files only on global rank 0 once torch.distributed is up
+                    raise RuntimeError("tiny model build wrote no config.json: build it before init_process_group")
+                os.replace(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return target
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived during a tiny build: raised so the build's cleanup runs before the process ends."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Within the block, SIGTERM (how runs stop their workers) raises Terminated instead of ending the process
+    on the spot, so `finally`/`except` blocks run; the previous handler is back afterwards. Only the main thread
+    can set handlers: elsewhere the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Terminated(f"signal {signum} during the tiny model build")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".index.json")
+"""What `from_pretrained` loads weights from: safetensors, PyTorch .bin, or a sharded checkpoint's index."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def model_dir_problem(path: str | Path, needs_tokenizer: bool = False) -> str | None:
+    """Why `path` is not a model directory the loader can use (None when it is): it must exist and hold a
+    config.json that parses, weights, and (for the actor, whose tokenizer the run uses) tokenizer files.
+    Checked by the launcher (and each host's preflight) before anything starts."""
+    folder = Path(path).expanduser()
+    fix = "set the model's 'path' to an HF model directory (config.json, weights, tokenizer)"
+    if not folder.is_dir():
+        return f"model path {folder}: {'not a directory' if folder.exists() else 'no such directory'}; {fix}"
+    config = folder / "config.json"
+    if not config.is_file():
+        return f"model path {folder}: no config.json there; {fix}"
+    try:
+        parsed = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return f"{config}: not a readable JSON config ({type(exc).__name__}); {fix}"
+    if not isinstance(parsed, dict):
+        return f"{config}: not a JSON object; {fix}"
+    names = [p.name for p in folder.iterdir() if p.is_file()]
+    if not any(name.endswith(WEIGHT_SUFFIXES) for name in names):
+        return f"model path {folder}: no weights there (*.safetensors or *.bin); {fix}"
+    if needs_tokenizer and not any(name in names for name in TOKENIZER_FILES):
+        return f"model path {folder}: no tokenizer files there (tokenizer.json, ...); {fix}"
+    return None
+
+
 def resolve_model_dir(path: str | None, arch: str, cache_dir: str | Path, seed: int) -> Path:
     """Where a role's model lives: the workload's HF directory, or the tiny build for `arch: tiny`."""
     if path:
-        folder = Path(path).expanduser()
-        if not (folder / "config.json").exists():
-            raise BadInput(f"model path {folder}: no config.json there; give an HF model directory")
-        return folder
+        problem = model_dir_problem(path)
+        if problem:
+            raise BadInput(problem)
+        return Path(path).expanduser()
     if arch != "tiny":
         raise BadInput(f"model '{arch}' has no 'path': set 'path' to an HF model directory, or use arch 'tiny'")
     return ensure_tiny(cache_dir, seed)
