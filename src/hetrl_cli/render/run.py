@@ -6,7 +6,9 @@ sync seconds, ...), the measured-vs-predicted table per task and the predicted-v
 the same three formats as plans (`table` on a terminal, `markdown`, `json`), plus `--svg` line charts
 (hand-written SVG like the plan timeline, no plotting dependency). A run that is still going, or whose
 launcher was killed, has no summary.json yet: its summary is derived from metrics.jsonl the same way
-`hetrl run` would write it (runtime.rundir.summarize).
+`hetrl run` would write it (runtime.rundir.summarize). Lines of metrics.jsonl that are not metrics lines the
+runtime writes (a torn last line of a killed run, garbage, JSON without a step, non-finite or huge numbers)
+are skipped, with one warning on stderr naming the file and the first such line.
 
 The live view is a rich Live panel the launcher shows on a terminal while the workers run: the latest step,
 reward, per-task seconds and tokens/s, re-read from metrics.jsonl as lines arrive (or parsed from rank 0's
@@ -64,6 +66,8 @@ class RunView:
     """The --steps the run was launched with (launch.json)."""
     engine: str | None = None
     workers: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    """Printed on stderr before the run (skipped metrics lines)."""
 
     @property
     def status(self) -> str:
@@ -88,15 +92,16 @@ def load_run_view(path: str | Path) -> RunView:
     if not run.plan.is_file():
         raise BadInput(f"{path}: not a run directory (no plan.json); show takes a plan file or a runs/ID directory")
     plan = load_artifact(run.plan, Plan)
-    metrics = run.read_metrics()
+    read = run.read_metrics_checked()
+    metrics = read.records
     finished = run.summary.is_file()
     if finished:
         summary = load_artifact(run.summary, RunSummary)
     else:
-        summary = summarize(
-            plan, run.root.resolve().name, metrics, "interrupted", metrics[0]["time"] if metrics else now_iso()
-        )
-    view = RunView(run.root, plan, metrics, summary, finished)
+        started = str(metrics[0].get("time") or now_iso()) if metrics else now_iso()
+        summary = summarize(plan, run.root.resolve().name, metrics, "interrupted", started)
+    warning = read.warning(run.metrics)
+    view = RunView(run.root, plan, metrics, summary, finished, warnings=[warning] if warning else [])
     if run.manifest.is_file():
         try:
             manifest = LaunchManifest.model_validate_json(run.manifest.read_text(encoding="utf-8"))
@@ -316,7 +321,9 @@ def sections_of(view: RunView) -> list[Section]:
 
 
 def show_run(view: RunView, *, fmt: str = "table", svg: Path | None = None, console: Console | None = None) -> None:
-    """Print the run in `fmt` on stdout; also write the SVG charts when asked."""
+    """Print the run in `fmt` on stdout (its warnings on stderr); also write the SVG charts when asked."""
+    for warning in view.warnings:
+        sys.stderr.write(f"warning: {warning}\n")
     if svg is not None:
         save_svg(svg, run_svg(view))
     if fmt == "json":

@@ -12,14 +12,21 @@ runs/ID/
   tensorboard/                TensorBoard events of every step (rank 0, when tensorboard is installed)
   summary.json                RunSummary: measured vs predicted per task
 ```
+
+A run directory is private to the user: the launcher makes it 0700 and everything of the run (launcher,
+workers, remote hosts) writes under umask 077, so files are 0600 and folders 0700 whatever the user's umask.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import shutil
 import statistics
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,8 +37,108 @@ from hetrl_cli.artifacts.base import Strict
 from hetrl_cli.artifacts.io import write_text_atomic
 from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.run import DeviceMemory, RunSummary, TaskMeasurement
+from hetrl_cli.errors import Unwritable
 
 KEEP_CHECKPOINTS = 2
+PRIVATE_UMASK = 0o077
+"""The umask of everything a run writes: files 0600, folders 0700."""
+MAX_STEP = 2**53
+"""Largest step number a metrics line may carry (beyond it a float cannot tell steps apart)."""
+
+
+@contextlib.contextmanager
+def private_files() -> Iterator[None]:
+    """Within the block this process creates files 0600 and folders 0700 (umask 077); the umask is restored
+    after. Process-wide: the launcher holds it while it prepares, launches and summarises a run."""
+    previous = os.umask(PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def make_private_dir(path: Path) -> None:
+    """Create the run directory `path` (and missing parents) 0700. An existing one is made 0700 when it is empty
+    or already a run (--resume), never a folder of other things someone passed as --run-dir (e.g. /tmp)."""
+    created = not path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if created or (path / "plan.json").is_file() or not any(path.iterdir()):
+            os.chmod(path, 0o700)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise Unwritable(f"{path}: cannot make the run directory ({why}); choose a --run-dir of your own") from None
+
+
+@dataclass
+class MetricsRead:
+    """metrics.jsonl as read: the usable lines, and the ones skipped as (line number, why)."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+    def warning(self, path: Path) -> str | None:
+        """One line about the skipped lines, naming the file and the first of them (None when none was)."""
+        if not self.skipped:
+            return None
+        number, why = self.skipped[0]
+        count = len(self.skipped)
+        what = "1 line that is not a metrics line" if count == 1 else f"{count} lines that are not metrics lines"
+        return f"{path}:{number}: {why}; skipped {what}, showing the rest"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def metrics_problem(record: Any) -> str | None:
+    """Why a parsed metrics line is unusable, or None. Checks what the readers index without `.get`: the step,
+    the start time, per-task seconds, step and sync seconds, and the per-device memory peaks."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    step = record.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or not 1 <= step <= MAX_STEP:
+        return "no step number from 1 up"
+    if "time" in record and not isinstance(record["time"], str):
+        return "'time' is not a string"
+    for key in ("step_s", "weight_sync_s"):
+        if key in record and not _finite(record[key]):
+            return f"'{key}' is not a finite number"
+    seconds = record.get("seconds", {})
+    if not isinstance(seconds, dict) or not all(_finite(v) for v in seconds.values()):
+        return "'seconds' is not an object of finite numbers"
+    peaks = record.get("peak_memory_bytes", {})
+    if not isinstance(peaks, dict) or not all(
+        isinstance(phases, dict) and all(_finite(v) and 0 <= v < 2**63 for v in phases.values())
+        for phases in peaks.values()
+    ):
+        return "'peak_memory_bytes' is not an object of byte counts per device"
+    if not isinstance(record.get("memory_measure", {}), dict):
+        return "'memory_measure' is not an object"
+    return None
+
+
+def parse_metrics(text: str) -> MetricsRead:
+    """The lines of a metrics.jsonl, each parsed and checked; bad ones (a torn last line of a killed run,
+    garbage) are skipped with their line number instead of failing every reader."""
+    read = MetricsRead()
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            read.skipped.append((number, "not valid JSON"))
+            continue
+        except (ValueError, RecursionError) as exc:  # a number past Python's digit limit, nesting too deep
+            read.skipped.append((number, f"unreadable JSON: {type(exc).__name__}"))
+            continue
+        problem = metrics_problem(record)
+        if problem:
+            read.skipped.append((number, problem))
+        else:
+            read.records.append(record)
+    return read
 
 
 class LaunchManifest(Strict):
@@ -79,21 +186,20 @@ class RunDir:
 
     # metrics ----------------------------------------------------------------------------------------------
     def append_metrics(self, record: dict[str, Any]) -> None:
-        with open(self.metrics, "a", encoding="utf-8") as fh:
+        fd = os.open(self.metrics, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with open(fd, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, sort_keys=True) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
 
     def read_metrics(self) -> list[dict[str, Any]]:
+        """The usable metrics lines (see read_metrics_checked for the skipped ones)."""
+        return self.read_metrics_checked().records
+
+    def read_metrics_checked(self) -> MetricsRead:
         if not self.metrics.exists():
-            return []
-        out = []
-        for line in self.metrics.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a torn last line from a killed run: everything before it is intact
-        return out
+            return MetricsRead()
+        return parse_metrics(self.metrics.read_text(encoding="utf-8", errors="replace"))
 
     def truncate_metrics(self, last_step: int) -> None:
         """Keep the lines of steps <= last_step (the ones the resumed checkpoint contains)."""
@@ -103,7 +209,7 @@ class RunDir:
     # checkpoints ------------------------------------------------------------------------------------------
     def staging(self, step: int) -> Path:
         path = self.checkpoints / f".step-{step:06d}.tmp"
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
         return path
 
     def finalize_checkpoint(self, step: int, meta: dict[str, Any]) -> Path:
