@@ -6,6 +6,9 @@ process of the run is stopped: the accelerate process group first (torchrun then
 any worker still alive by the pid it wrote to logs/rank-N.pid (torchrun starts each worker in its own session,
 so a process-group kill of the launcher alone would miss them). Workers also die with their parent
 (PR_SET_PDEATHSIG), a last line of defence when the launcher itself is killed.
+
+Everything the run opens listens on loopback (the rendezvous store through runtime/storebind, gloo through
+GLOO_SOCKET_IFNAME=lo), and the workers start with umask 077: the run's files are the user's alone.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hetrl_cli.errors import HetrlError
-from hetrl_cli.runtime.rundir import RunDir
+from hetrl_cli.runtime.rundir import PRIVATE_UMASK, RunDir
 
 STOP_GRACE_S = 5.0
 """Seconds between SIGTERM and SIGKILL when stopping a run."""
@@ -35,21 +38,27 @@ TAIL_LINES = 15
 def free_port() -> int:
     """A TCP port free on loopback right now (the rendezvous port)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
 
 
+LOOPBACK = "127.0.0.1"
+"""Where a one-host run listens: its rendezvous store, and gloo through GLOO_SOCKET_IFNAME=lo."""
+
+
 def worker_command(python: str, nproc: int, port: int, run_dir: Path) -> list[str]:
-    """The launch command: accelerate's CPU multi-process recipe (PLATFORM.md), or the bare worker for one rank."""
-    worker = ["-m", "hetrl_cli.runtime.worker", "--run-dir", str(run_dir)]
+    """The launch command: accelerate's CPU multi-process recipe (PLATFORM.md), or the bare worker for one rank;
+    either under runtime/storebind, so the rendezvous store it starts listens on loopback only."""
+    bound = [python, "-m", "hetrl_cli.runtime.storebind", LOOPBACK]
+    worker = ["hetrl_cli.runtime.worker", "--run-dir", str(run_dir)]
     if nproc == 1:
-        return [python, *worker]
+        return [*bound, *worker]
     return [
-        python, "-m", "accelerate.commands.launch",
+        *bound, "accelerate.commands.launch",
         "--multi_gpu", "--num_processes", str(nproc), "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_port", str(port), "--monitor_interval", "0.2",
-        *worker,
+        "-m", *worker,
     ]  # fmt: skip
 
 
@@ -65,7 +74,7 @@ def worker_env(nproc: int, port: int, interface: str = "lo") -> dict[str, str]:
     )
     if nproc == 1:  # no torchrun: the worker reads the rendezvous variables itself
         env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
+                   MASTER_ADDR=LOOPBACK, MASTER_PORT=str(port))  # fmt: skip
     return env
 
 
@@ -148,6 +157,7 @@ def launch_local(
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
+        umask=PRIVATE_UMASK,  # the run's files are the user's alone, whatever the caller's umask
         text=True,
         bufsize=1,
     )
