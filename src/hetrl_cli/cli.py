@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -477,6 +477,7 @@ def run(
         typer.Option("--allow-user-reward", help="Let the workers import the workload's module:function reward."),
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the RunSummary on stdout.")] = False,
+    profile_file: RunProfileOption = None,
 ) -> None:
     """Execute a plan: PPO/GRPO workers laid out as the plan says (over SSH with --hosts), into runs/ID/.
     On a terminal a live panel shows step, reward, per-task seconds and tokens/s."""
@@ -503,11 +504,23 @@ def run(
         live=False if plain else None,
         view=LiveView,
         allow_user_reward=allow_user_reward,
+        profile=profile_file,
     )
     summary = run_plan(load_artifact(plan_file, Plan), options)
     if json_out:
         save_artifact(summary, "-")
         return
+    _print_run_end(summary)
+
+
+RunProfileOption = Annotated[
+    Path | None,
+    typer.Option("--profile", help="Check the plan's memory on this profile first (default profiles/NAME.json)."),
+]
+
+
+def _print_run_end(summary: Any) -> None:
+    """The last line of `hetrl run` on stderr (summary: a RunSummary; artifacts are imported lazily here)."""
     it = summary.iteration
     per_step = f", {it.measured_s:.3g} s/step (predicted {it.predicted_s:.3g})" if it and it.predicted_s else ""
     _stderr_console().print(f"run {summary.run_id}: {summary.status}, {summary.steps} steps{per_step}")

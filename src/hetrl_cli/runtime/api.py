@@ -1,8 +1,12 @@
 """`run_plan(plan, options) -> RunSummary`: the library behind `hetrl run`.
 
-Checks that the runtime can execute the plan's shapes, prepares (or reopens, for --resume) the run directory,
-launches the workers (on this machine for a one-host plan; over SSH, one launch per host, for a plan that spans
-hosts: runtime/multihost.py), and writes summary.json however the run ends.
+Checks, before any process starts or any file is written, what the workers would otherwise find only after
+the launch: that the runtime executes the plan's shapes, the seed is one torch and numpy accept, the plan's
+memory fits its profile (re-scored when the profile is at hand), and the model directories and the dataset
+load (here for a one-host run; on every host, in the preflight, for a multi-host one). Then it prepares (or
+reopens, for --resume) the run directory, private to the user, launches the workers (on this machine for a
+one-host plan; over SSH, one launch per host, for a plan that spans hosts: runtime/multihost.py), and writes
+summary.json however the run ends.
 """
 
 from __future__ import annotations
@@ -21,15 +25,19 @@ from typing import Any
 
 from hetrl_cli.artifacts.io import dump_artifact, load_artifact, save_artifact
 from hetrl_cli.artifacts.plan import Plan
+from hetrl_cli.artifacts.profile import ClusterProfile
 from hetrl_cli.artifacts.run import RunSummary
 from hetrl_cli.errors import BadInput, HetrlError
 from hetrl_cli.runtime.comm import DEFAULT_COLLECTIVE_TIMEOUT_S
 from hetrl_cli.runtime.engines import ENGINES, FALLBACK, EngineSpec, check_choice, pick
 from hetrl_cli.runtime.layout import plan_devices, plan_hosts, supported
 from hetrl_cli.runtime.rewards import check_user_reward, user_reward_gate
-from hetrl_cli.runtime.rundir import LaunchManifest, RunDir, now_iso, summarize
+from hetrl_cli.runtime.rundir import LaunchManifest, RunDir, make_private_dir, now_iso, private_files, summarize
 
 DEFAULT_RUN_TIMEOUT_S = 3600.0
+MAX_SEED = 2**32 - 1
+"""Largest workload seed: numpy's limit (vLLM seeds numpy with it); torch takes less than 2**64."""
+MODEL_ROLES = ("actor", "reference", "critic", "reward")
 
 
 class Interrupted(HetrlError):
@@ -75,14 +83,80 @@ class RunOptions:
     passes render.run.LiveView; the runtime never imports render (it sits below it). None = plain lines."""
     allow_user_reward: bool = False
     """Let the workers import the workload's `module:function` reward (user code named by the plan file)."""
+    profile: Path | None = None
+    """Profile to re-score the plan's memory on before the launch; None = profiles/NAME.json when its
+    fingerprint is the plan's (as `hetrl simulate` finds it), else the memory is not checked."""
     echo: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def check_runnable(plan: Plan, engine: str = FALLBACK) -> None:
-    """Refuse, with every reason at once, plans whose shapes the runtime does not execute yet."""
+    """Refuse, with every reason at once, plans whose shapes the runtime does not execute yet, and a seed that
+    torch or numpy would reject in the workers."""
     problems = supported(plan, engine)
     if problems:
         raise BadInput(f"plan '{plan.name}' cannot run yet: {'; '.join(problems)}")
+    seed = plan.workload.seed
+    if isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        shown = str(seed) if len(str(seed)) <= 24 else f"a {len(str(abs(seed)))}-digit number"
+        raise BadInput(
+            f"plan '{plan.name}': workload seed {shown} is outside 0..{MAX_SEED} (what torch and numpy accept); "
+            "set 'seed' in the workload to a number in that range and re-plan"
+        )
+
+
+def check_inputs(plan: Plan, files: bool = True) -> None:
+    """Every model has a path or is the tiny one; with `files`, the model directories and the dataset, loaded
+    as the workers load them, on this machine (a one-host run; a multi-host run checks the files on every host
+    in its preflight). BadInput naming the file and the fix."""
+    from hetrl_cli.runtime.datasets import load_records
+    from hetrl_cli.runtime.tinymodel import model_dir_problem
+
+    workload = plan.workload
+    for role in MODEL_ROLES:
+        spec = workload.model_for(role)  # type: ignore[arg-type]
+        if spec is None:
+            continue
+        if spec.path and files:
+            problem = model_dir_problem(spec.path, needs_tokenizer=role == "actor")
+            if problem:
+                raise BadInput(f"plan '{plan.name}', {role}: {problem}")
+        elif not spec.path and spec.arch != "tiny":
+            raise BadInput(
+                f"plan '{plan.name}', {role}: model '{spec.arch}' has no 'path'; set 'path' to an HF model "
+                "directory on every host, or use arch 'tiny'"
+            )
+    if files and workload.dataset.kind != "toy":
+        load_records(workload.dataset.kind, workload.dataset.path, workload.seed)
+
+
+def plan_profile(plan: Plan, given: Path | None) -> ClusterProfile | None:
+    """`given`, or profiles/NAME.json when its fingerprint is the plan's (how `hetrl simulate` finds a plan's
+    profile), or None when neither is at hand."""
+    from hetrl_cli.planner.build import PROFILE_DIR
+
+    if given is not None:
+        return load_artifact(given, ClusterProfile)
+    path = Path(PROFILE_DIR) / f"{plan.profile_name}.json"
+    if not path.is_file():
+        return None
+    profile = load_artifact(path, ClusterProfile)
+    return profile if (profile.fingerprint or profile.compute_fingerprint()) == plan.profile_fingerprint else None
+
+
+def check_memory(plan: Plan, given: Path | None) -> str | None:
+    """Re-score the plan on its profile and refuse it (Infeasible, exit 3) when a device's memory does not hold
+    what the plan puts there: the workers would otherwise try the allocation. Without a profile at hand, the
+    note to print once the run starts (not before: a refusal stays one line)."""
+    from hetrl_cli.planner.build import rescore
+
+    profile = plan_profile(plan, given)
+    if profile is None:
+        return (
+            f"memory not checked before the launch: no profile at hand for plan '{plan.name}' "
+            f"(profiles/{plan.profile_name}.json with its fingerprint); pass --profile to check it"
+        )
+    rescore(plan, profile=profile)
+    return None
 
 
 def resolve_engine(requested: str, python: str, plan: Plan) -> str:
@@ -125,8 +199,10 @@ def _reopen_run_dir(plan: Plan, path: Path) -> RunDir:
 
 
 def prepare(plan: Plan, options: RunOptions, engine: str) -> RunDir:
-    """Create or reopen the run directory and write the inputs and the launch manifest."""
+    """Create or reopen the run directory (0700: the user's alone) and write the inputs and the launch
+    manifest. Call it under rundir.private_files() so what it writes is 0600 too."""
     run = _reopen_run_dir(plan, options.resume) if options.resume else _new_run_dir(plan, options.run_dir)
+    make_private_dir(run.root)
     run.logs.mkdir(parents=True, exist_ok=True)
     for stale in [*run.logs.glob("rank-*.error"), *run.logs.glob("rank-*.done"), *run.logs.glob("rank-*.pid")]:
         stale.unlink()
@@ -168,7 +244,8 @@ def _remote_slots(plan: Plan, options: RunOptions) -> list | None:
 
 
 def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
-    """Execute `plan` for `options.steps` steps; summary.json is written whether it completes or not."""
+    """Execute `plan` for `options.steps` steps; summary.json is written whether it completes or not.
+    Everything that can be checked is checked before any process starts or any file is written."""
     from hetrl_cli.runtime.local import launch_local
 
     if options.steps < 1:
@@ -177,20 +254,25 @@ def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
     check_runnable(plan, options.engine)  # `auto` is refused only what no engine runs; its pick avoids the rest
     user_reward_gate(plan.workload.reward_rule, plan.name, options.allow_user_reward)
     slots = _remote_slots(plan, options)
-    if slots is not None:
-        return _run_multihost(plan, options, slots)
-    check_user_reward(plan.workload.reward_rule, options.python)
-    engine = resolve_engine(options.engine, options.python, plan)
-    run = prepare(plan, options, engine)
-    devices = plan_devices(plan)
-    options.echo(f"run {run.root}: {len(devices)} worker(s) on {plan_hosts(plan)[0]}, engine {engine}")
-    return _launch_and_summarize(
-        plan,
-        run,
-        lambda echo: launch_local(run, len(devices), options.python, options.timeout_s, echo, devices),
-        "every worker stopped",
-        options,
-    )
+    check_inputs(plan, files=slots is None)
+    note = check_memory(plan, options.profile)
+    with private_files():
+        if slots is not None:
+            return _run_multihost(plan, options, slots, note)
+        check_user_reward(plan.workload.reward_rule, options.python)
+        engine = resolve_engine(options.engine, options.python, plan)
+        run = prepare(plan, options, engine)
+        devices = plan_devices(plan)
+        if note:
+            options.echo(note)
+        options.echo(f"run {run.root}: {len(devices)} worker(s) on {plan_hosts(plan)[0]}, engine {engine}")
+        return _launch_and_summarize(
+            plan,
+            run,
+            lambda echo: launch_local(run, len(devices), options.python, options.timeout_s, echo, devices),
+            "every worker stopped",
+            options,
+        )
 
 
 def wants_live(options: RunOptions) -> bool:
@@ -235,7 +317,7 @@ def _launch_and_summarize(
     return summary
 
 
-def _run_multihost(plan: Plan, options: RunOptions, slots: list) -> RunSummary:
+def _run_multihost(plan: Plan, options: RunOptions, slots: list, note: str | None = None) -> RunSummary:
     """Preflight every host (nothing is written before it passes), then one launch per host over SSH."""
     from hetrl_cli.remote.ssh import KnownHosts, SshSettings
     from hetrl_cli.remote.sshconfig import SshConfig
@@ -251,6 +333,8 @@ def _run_multihost(plan: Plan, options: RunOptions, slots: list) -> RunSummary:
         started_pf = time.monotonic()
         engine, port = preflight(slots, plan, target, options.engine, ssh, options.ssh_timeout_s)
         options.echo(f"preflight: {len(slots)} hosts ok in {time.monotonic() - started_pf:.1f}s")
+        if note:
+            options.echo(note)
         run = prepare(plan, _with_run_dir(options, target), engine)
         for stale in run.logs.glob("launch-*.pid"):
             stale.unlink()

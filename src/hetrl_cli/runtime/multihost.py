@@ -81,6 +81,23 @@ out["free_disk_bytes"] = shutil.disk_usage(path).free
 out["run_dir_writable"] = os.access(path, os.W_OK)
 out["cwd_exists"] = os.path.isdir(args["cwd"])
 out["missing_paths"] = [p for p in args["paths"] if not os.path.exists(os.path.join(args["cwd"], p))]
+out["input_problems"] = []
+try:  # the model directories and the dataset, loaded as the workers load them (relative paths from cwd)
+    if out["cwd_exists"]:
+        os.chdir(args["cwd"])
+    from hetrl_cli.runtime.datasets import load_records
+    from hetrl_cli.runtime.tinymodel import model_dir_problem
+    for role, model in args["models"]:
+        problem = None if model in out["missing_paths"] else model_dir_problem(model, role == "actor")
+        if problem:
+            out["input_problems"].append(f"{role}: {problem}")
+    kind, data = args["dataset"]
+    if data and data not in out["missing_paths"]:
+        load_records(kind, data, 0)
+except ImportError:
+    pass  # no hetrl there: reported on its own
+except Exception as exc:
+    out["input_problems"].append(str(exc))
 out["gpu"] = os.path.exists("/dev/nvidia0")
 try:
     ip = socket.gethostbyname(args["main"])
@@ -190,6 +207,12 @@ def workload_paths(plan: Plan) -> list[str]:
     return sorted({p for p in paths if p})
 
 
+def workload_models(plan: Plan) -> list[tuple[str, str]]:
+    """(role, directory) of every model the workload loads from a path (the tiny model is built on the host)."""
+    roles = ("actor", "reference", "critic", "reward")
+    return [(role, spec.path) for role in roles if (spec := plan.workload.model_for(role)) and spec.path]  # type: ignore[arg-type]
+
+
 # ---- preflight --------------------------------------------------------------------------------------------
 
 
@@ -240,6 +263,7 @@ def check_facts(slot: HostSlot, version: str, need_bytes: int, run_dir: Path) ->
         slot.problems.append(f"cannot write {run_dir} (or its nearest existing parent): fix permissions or --run-dir")
     for path in f.get("missing_paths", []):
         slot.problems.append(f"workload file {path} is missing there: copy it to the same path on every host")
+    slot.problems.extend(f.get("input_problems", []))
     if not f.get("iface"):
         slot.problems.append(f"cannot find the interface that reaches the main host: {f.get('iface_error')}")
     if f.get("reward_error"):
@@ -255,7 +279,8 @@ def preflight(
 
     main = slots[0].address or slots[0].entry.host
     base = {"run_dir": str(run_dir), "cwd": os.getcwd(), "paths": workload_paths(plan), "main": main,
-            "engine_modules": list(probed_modules())}  # fmt: skip
+            "engine_modules": list(probed_modules()), "models": workload_models(plan),
+            "dataset": [plan.workload.dataset.kind, plan.workload.dataset.path]}  # fmt: skip
     reward_hosts = user_reward_hosts(plan)
 
     def args_of(slot: HostSlot) -> dict[str, Any]:
@@ -323,10 +348,12 @@ def sync_inputs(slots: list[HostSlot], run: RunDir, resume: bool) -> list[str]:
                     f"{slot.name}: does not share {run.root} with this machine: --resume needs a shared filesystem"
                 )
             for part in _parents(run.logs):
-                with contextlib.suppress(OSError):
-                    sftp.mkdir(str(part))
+                with contextlib.suppress(OSError):  # the run's own folders 0700, the ones above as the host makes them
+                    sftp.mkdir(str(part), *([0o700] if part in (run.root, run.logs) else []))
+            sftp.chmod(str(run.root), 0o700)
             for name, data in local.items():
                 with sftp.open(str(run.root / name), "wb") as fh:
+                    fh.chmod(0o600)
                     fh.write(data)
             notes.append(f"{slot.name}: no shared filesystem; copied the run inputs to {run.root} over SFTP")
         finally:
@@ -359,16 +386,18 @@ def launch_argv(slot: HostSlot, slots: list[HostSlot], port: int, run_dir: Path)
     total = sum(len(s.ranks) for s in slots)
     main = slots[0].address or slots[0].entry.host
     worker = ["-m", "hetrl_cli.runtime.worker", "--run-dir", str(run_dir)]
+    here = slot.address or slot.entry.host  # the rendezvous store (on the main host) listens there only
+    bound = [slot.python, "-m", "hetrl_cli.runtime.storebind", here]
     if total > 1 and len({len(s.ranks) for s in slots}) == 1:
         return [
-            slot.python, "-m", "accelerate.commands.launch", "--multi_gpu",
+            *bound, "accelerate.commands.launch", "--multi_gpu",
             "--num_machines", str(len(slots)), "--machine_rank", str(slot.machine_rank),
             "--num_processes", str(total), "--main_process_ip", main, "--main_process_port", str(port),
             "--mixed_precision", "no", "--dynamo_backend", "no", "--monitor_interval", "0.2",
             *worker,
         ]  # fmt: skip
     return [
-        slot.python, "-m", "torch.distributed.run",
+        *bound, "torch.distributed.run",
         "--nnodes", str(len(slots)), "--node_rank", str(slot.machine_rank), "--nproc_per_node", str(len(slot.ranks)),
         "--master_addr", main, "--master_port", str(port), "--monitor_interval", "0.2",
         *worker,
@@ -385,8 +414,9 @@ def launch_env(slot: HostSlot) -> dict[str, str]:
 
 
 def launch_command(slot: HostSlot, slots: list[HostSlot], port: int, run: RunDir) -> str:
-    """The remote shell line: cd, record the shell's pid (it execs the launcher, and under a pty it leads the
-    process group), then exec env + launcher. Everything but the fixed `$$` glue is shlex-quoted."""
+    """The remote shell line: cd, umask 077 (the run's files are the user's alone), record the shell's pid (it
+    execs the launcher, and under a pty it leads the process group), then exec env + launcher. Everything but
+    the fixed `umask` and `$$` glue is shlex-quoted."""
     from hetrl_cli.remote.ssh import quote_path
 
     head, *rest = launch_argv(slot, slots, port, run.root)
@@ -394,7 +424,7 @@ def launch_command(slot: HostSlot, slots: list[HostSlot], port: int, run: RunDir
     line = " ".join(["exec", "env", *map(shlex.quote, env), quote_path(head), *map(shlex.quote, rest)])
     pid_file = shlex.quote(str(launch_pid_file(run, slot.machine_rank)))
     cd = f"cd {shlex.quote(os.getcwd())} && " if slot.facts.get("cwd_exists") else ""
-    return f"{cd}echo $$ > {pid_file} && {line}"
+    return f"{cd}umask 077 && echo $$ > {pid_file} && {line}"
 
 
 def start_host(slot: HostSlot, command: str, timeout_s: float, echo: Callable[[str], None]) -> None:
