@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -116,3 +117,18 @@ def interrupt_after_first_step(argv: list[str], run_dir: Path, deadline_s: float
         if proc.poll() is None:
             proc.kill()
     return proc.returncode, stderr
+
+
+def run_processes(run_dir: Path) -> list[int]:
+    """Pids of any process whose command line names this run directory (workers, launcher)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(run_dir) in cmdline:
+            found.append(int(proc.name))
+    return found

@@ -26,6 +26,7 @@ from .plans import (
     hand_plan,
     interrupt_after_first_step,
     on,
+    run_processes,
     tiny_workload,
 )
 
@@ -35,21 +36,6 @@ HETRL = str(Path(sys.executable).with_name("hetrl"))
 
 def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def run_processes(run_dir: Path) -> list[int]:
-    """Pids of any process whose command line names this run directory (workers, launcher)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(run_dir) in cmdline:
-            found.append(int(proc.name))
-    return found
 
 
 def start(hetrl, plan, tmp_path: Path, name: str, *args: str):
