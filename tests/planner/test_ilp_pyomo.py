@@ -78,7 +78,7 @@ def _cbc_objective(path: Path) -> float:
 
 def test_written_models_read_back_to_the_plan_optimum(hetrl, tmp_path):
     """`--write-model`: every leaf as MPS and LP; read back by HiGHS and by the cbc program, the least leaf
-    optimum is the plan's. CBC reading the LP as a MILP (its integer sections named so CBC knows them)."""
+    optimum is the plan's. CBC reads the LP as a MILP (its integer sections named so CBC knows them)."""
     import highspy
 
     save_artifact(cluster("tiny-1p2", TINY["1p2"]), tmp_path / "tiny.json")
@@ -88,10 +88,10 @@ def test_written_models_read_back_to_the_plan_optimum(hetrl, tmp_path):
     (tmp_path / "leaves").mkdir()
     (tmp_path / "leaves" / "leaf-999.mps").write_text("an earlier run's leaf\n")
     (tmp_path / "leaves" / "notes.txt").write_text("the user's own file\n")
-    args = ("plan", "tiny.json", "-w", "w.yaml", "--solver", "ilp", "--budget", "30s", "-o", "plan.json")
-    run = hetrl(*args, "--write-model", "leaves", cwd=tmp_path)
+    args = ("plan", "tiny.json", "-w", "w.yaml", "--solver", "ilp", "--budget", "30s", "-o", "-")
+    run = hetrl(*args, "--mip-solver", SOLVER, "--write-model", "leaves", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    plan = json.loads((tmp_path / "plan.json").read_text())
+    plan = json.loads(run.stdout)  # neither CBC nor the writers print on stdout
     manifest = json.loads((tmp_path / "leaves" / "leaves.json").read_text())
     names = sorted(p.name for p in (tmp_path / "leaves").iterdir())
     listed = sorted(f for leaf in manifest["leaves"] for f in leaf["files"])
