@@ -12,7 +12,9 @@ the processes inside them), so it also cleans up after a lost state dir. Running
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import ipaddress
+import json
 import math
 import os
 import re
@@ -76,6 +78,11 @@ class EmulatedCluster:
     """Latencies only: pass to `hetrl profile --links` (bandwidths are then measured)."""
     links_configured_file: Path
     """Bandwidths and latencies as configured (a profile using it does not measure those links)."""
+
+    def as_json(self) -> dict:
+        """What `up` made, as plain data (`hetrl emulate up --json`): paths as strings."""
+        data = dataclasses.asdict(self)
+        return json.loads(json.dumps(data, default=str))
 
     def summary(self) -> list[str]:
         """Short human lines for the CLI."""

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +29,9 @@ _STATE_DIR_HELP = "Where hosts.txt, keys and state.json go (default /run/hetrl-e
 def up(
     spec: Annotated[Path, typer.Argument(help="Cluster spec YAML (hosts, regions, cpu shares, links).")],
     state_dir: Annotated[Path | None, typer.Option("--state-dir", help=_STATE_DIR_HELP)] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print what was made (hosts, links, files) on stdout.")
+    ] = False,
 ) -> None:
     """Create the hosts, links and limits of SPEC; write STATE_DIR/hosts.txt to profile, plan and run against."""
     from hetrl_cli.emulate.api import DEFAULT_STATE_DIR, emulate_up
@@ -35,10 +39,15 @@ def up(
     cluster = emulate_up(spec, state_dir or DEFAULT_STATE_DIR)
     for line in cluster.summary():
         typer.echo(line, err=True)
+    if json_out:
+        typer.echo(json.dumps(cluster.as_json(), indent=2))
 
 
 @emulate_app.command()
-def down(state_dir: Annotated[Path | None, typer.Option("--state-dir", help=_STATE_DIR_HELP)] = None) -> None:
+def down(
+    state_dir: Annotated[Path | None, typer.Option("--state-dir", help=_STATE_DIR_HELP)] = None,
+    json_out: Annotated[bool, typer.Option("--json", help='Print {"removed": [...]} on stdout.')] = False,
+) -> None:
     """Remove everything `up` made (also anything named hetrl-emu-* left by a crash); safe to run twice."""
     from hetrl_cli.emulate.api import DEFAULT_STATE_DIR, emulate_down
 
@@ -46,3 +55,5 @@ def down(state_dir: Annotated[Path | None, typer.Option("--state-dir", help=_STA
     for line in removed:
         typer.echo(f"removed {line}", err=True)
     typer.echo(f"emulated cluster down ({len(removed)} things removed)" if removed else "nothing to remove", err=True)
+    if json_out:
+        typer.echo(json.dumps({"removed": removed}))
