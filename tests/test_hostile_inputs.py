@@ -108,6 +108,14 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "workload: micro_batch true": (_workload("micro_batch: true\n"), "valid integer"),
     "workload: nested 10,000 deep": (_workload("a: " + "[" * 10_000 + "]" * 10_000 + "\n"), "nested too deeply"),
     "workload: empty": (_workload(""), "no input"),
+    "plan: an unknown MILP solver": (
+        lambda tmp: ["plan", str(PROFILE), "--solver", "ilp", "--mip-solver", "x;id", "-o", str(tmp / "o.json")],
+        "not a MILP solver",
+    ),
+    "plan: --write-model names a file": (
+        lambda tmp: ["plan", str(PROFILE), "--solver", "ilp", "--write-model", str(PROFILE), "-o", str(tmp)],
+        "not a folder",
+    ),
     "output: a directory": (lambda tmp: ["plan", str(PROFILE), "--solver", "verl", "-o", str(tmp)], "is a directory"),
     "output: under /proc": (
         lambda tmp: ["plan", str(PROFILE), "--solver", "verl", "-o", "/proc/hetrl-test/plan.json"],
