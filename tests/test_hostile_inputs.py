@@ -113,7 +113,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
         "not a MILP solver",
     ),
     "plan: --write-model names a file": (
-        lambda tmp: ["plan", str(PROFILE), "--solver", "ilp", "--write-model", str(PROFILE), "-o", str(tmp)],
+        lambda tmp: ["plan", str(PROFILE), "--solver", "ilp", "--write-model", str(PROFILE), "-o", str(tmp / "o")],
         "not a folder",
     ),
     "output: a directory": (lambda tmp: ["plan", str(PROFILE), "--solver", "verl", "-o", str(tmp)], "is a directory"),
