@@ -51,6 +51,17 @@ def _workload(yaml_text: str) -> Callable[[Path], list[str]]:
     return make
 
 
+def _workload_with_model(config: object) -> Callable[[Path], list[str]]:
+    """A workload whose actor is `{path: m}`, m/config.json holding `config` (next to the workload file)."""
+
+    def make(tmp: Path) -> list[str]:
+        (tmp / "m").mkdir()
+        (tmp / "m" / "config.json").write_text(json.dumps(config))
+        return _workload("actor: {path: m}\n")(tmp)
+
+    return make
+
+
 def _set(path: str, value: object) -> Callable[[dict], None]:
     """Set a dotted path (list indices as numbers) in a JSON document."""
 
@@ -108,6 +119,13 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "workload: micro_batch true": (_workload("micro_batch: true\n"), "valid integer"),
     "workload: nested 10,000 deep": (_workload("a: " + "[" * 10_000 + "]" * 10_000 + "\n"), "nested too deeply"),
     "workload: empty": (_workload(""), "no input"),
+    "workload: a model with neither arch nor path": (_workload("actor: {}\n"), "needs config_path"),
+    "workload: a model the runtime cannot execute": (
+        _workload_with_model({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12}),
+        "model_type 'gpt2', which the runtime cannot execute",
+    ),
+    "workload: a config.json that is a list": (_workload_with_model([1, 2]), "not a JSON object"),
+    "workload: a model path that does not exist": (_workload("actor: {path: nowhere}\n"), "cannot read the HF config"),
     "plan: an unknown MILP solver": (
         lambda tmp: ["plan", str(PROFILE), "--solver", "ilp", "--mip-solver", "x;id", "-o", str(tmp / "o.json")],
         "not a MILP solver",

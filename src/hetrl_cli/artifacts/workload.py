@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -13,14 +14,20 @@ from hetrl_cli.errors import BadInput
 
 
 class ModelSpec(Strict):
-    """A model for one role: a built-in architecture name or an HF config.json, plus where weights live."""
+    """A model for one role: a built-in architecture name or an HF model directory's config.json, plus where
+    weights live. `{path: DIR}` alone plans and runs DIR's model (its shape from DIR/config.json)."""
 
-    arch: str = "tiny"
-    """Built-in architecture name (`qwen3-8b`, `llama-3.1-8b`, `tiny`, ...) or `hf` to read `config_path`."""
+    arch: str = "hf"
+    """`hf` (the default): the shape from `config_path`, else from `path`/config.json. Or a built-in name
+    (`qwen3-8b`, `llama-3.1-8b`, ...; `tiny` for the runtime's random demo model, only when named). `hetrl plan`
+    refuses an architecture the runtime cannot execute (Llama, Mistral, Qwen2 and Qwen3 decoders run)."""
     config_path: str | None = None
-    """Path to an HF config.json (when arch is `hf`)."""
+    """Path to an HF config.json (arch `hf`), when it is not `path`/config.json. A relative path is taken from
+    the workload file's folder."""
     path: str | None = None
-    """Directory with the weights on every host (for `run`); None = random init (tiny model, tests)."""
+    """HF model directory (config.json, weights, tokenizer) at this path on every host (for `run`); a relative
+    path is taken from the workload file's folder. None only for `arch: tiny` (built and randomly initialised
+    by the run) or for planning alone."""
 
 
 class LengthDistribution(Strict):
@@ -35,10 +42,23 @@ class LengthDistribution(Strict):
 class DatasetSpec(Strict):
     """Where `hetrl run` takes its prompts from (the planner reads only the token limits)."""
 
-    kind: Literal["toy", "gsm8k-jsonl"] = "toy"
-    """`toy`: built-in task the tiny model learns on CPU; `gsm8k-jsonl`: lines with `prompt` and `answer`."""
+    kind: Literal["toy", "gsm8k-jsonl", "jsonl", "parquet"] = "toy"
+    """`toy`: built-in task the tiny model learns on CPU; `gsm8k-jsonl`: lines with string `prompt` and
+    `answer`; `jsonl` / `parquet`: rows mapped by column (the prompt from `prompt` or `question`, a string or a
+    list of {role, content} messages as in verl's GSM8K/MATH files; the answer from `answer`, `ground_truth`
+    or `reward_model.ground_truth`; `data_source` and `extra_info` go to verl-style rewards)."""
     path: str | None = None
-    """The JSONL file for `gsm8k-jsonl`, on the host that runs the driver; None for `toy`."""
+    """The dataset file (every kind but `toy`), at this path on every host; a relative path is taken from the
+    workload file's folder."""
+    prompt_key: str | None = None
+    """`jsonl`/`parquet`: the prompt's column (dots go into nested objects); None = `prompt`, else `question`."""
+    answer_key: str | None = None
+    """`jsonl`/`parquet`: the answer's column (dots go into nested objects); None = `answer`, else
+    `ground_truth`, else `reward_model.ground_truth`."""
+    chat_template: bool = True
+    """Render message-list prompts with the actor tokenizer's chat template, ending in its generation prompt
+    (when the tokenizer has one: else the run says so and tokenises their text). false: their contents, one a
+    line, tokenised raw. String prompts are always tokenised raw."""
 
 
 class RLSpec(Strict):
@@ -119,7 +139,9 @@ class Workload(Artifact):
     """Prompt source of `hetrl run`."""
     reward_rule: str = "numeric-answer"
     """Rule-based reward used when `reward` is None: `numeric-answer`, `toy`, or your own `module:function`
-    called as fn(prompt, response, answer) -> float (run/validate need --allow-user-reward to import it)."""
+    called as fn(prompt, response, answer) -> float, or verl's compute_score(data_source, solution_str,
+    ground_truth, extra_info) (recognised by its parameter names; run/validate need --allow-user-reward to
+    import it)."""
     rl: RLSpec = Field(default_factory=RLSpec)
     """Learning rates, KL, clipping, GAE and sampling settings used by `hetrl run`."""
     seed: int = 0
@@ -196,7 +218,37 @@ def load_workload(path: str | Path) -> Workload:
         raise BadInput(f"{where}: a value is not plain data ({exc}); quote it") from None
     except RecursionError:
         raise BadInput(f"{where}: nested too deeply to be a workload") from None
-    return validate_json(text, Workload, where)
+    return with_paths_from(
+        validate_json(text, Workload, where), Path.cwd() if where == "<stdin>" else Path(path).parent
+    )
+
+
+def with_paths_from(workload: Workload, folder: Path) -> Workload:
+    """`workload` with its relative model and dataset paths taken from `folder` (the workload file's), so the
+    plan made from it holds paths that do not depend on where `plan` or `run` is started. `~` paths stay as
+    written: each host expands its own.
+
+    >>> w = Workload(actor={"path": "models/m"}, dataset={"kind": "jsonl", "path": "/data/d.jsonl"})
+    >>> fixed = with_paths_from(w, Path("/work/exp"))
+    >>> fixed.actor.path, fixed.dataset.path
+    ('/work/exp/models/m', '/data/d.jsonl')
+    """
+    base = Path(os.path.abspath(folder))
+
+    def anchored(value: str | None) -> str | None:
+        if value is None or value.startswith("~") or Path(value).is_absolute():
+            return value
+        return os.path.normpath(base / value)
+
+    update: dict[str, object] = {}
+    for role in ("actor", "critic", "reference", "reward"):
+        spec = getattr(workload, role)
+        if spec is not None:
+            update[role] = spec.model_copy(
+                update={"path": anchored(spec.path), "config_path": anchored(spec.config_path)}
+            )
+    update["dataset"] = workload.dataset.model_copy(update={"path": anchored(workload.dataset.path)})
+    return workload.model_copy(update=update)
 
 
 def paper_workload(model: str, algorithm: Algorithm, mode: Mode = "sync", **overrides: object) -> Workload:

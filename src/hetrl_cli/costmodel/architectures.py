@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from hetrl_cli.artifacts.workload import ModelSpec
+from hetrl_cli.artifacts.workload import ModelSpec, Workload
 from hetrl_cli.errors import BadInput
 
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -194,15 +194,29 @@ BUILTIN: dict[str, ArchSpec] = {
 }
 
 
+RUNTIME_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+"""HF `model_type`s the runtime executes (runtime/parallel.py: Llama-style decoders with separate q/k/v and
+gate/up/down projections): the shapes ArchSpec describes. Others are refused at `hetrl plan`."""
+
+
+def _read_config(path: str | Path) -> dict:
+    """An HF config.json as a dict; BadInput naming the file and the fix."""
+    where = str(path)
+    try:
+        cfg = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"{where}: cannot read the HF config ({exc.strerror}); check config_path or path") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise BadInput(f"{where}: not valid JSON; config_path must name an HF config.json") from None
+    if not isinstance(cfg, dict):
+        raise BadInput(f"{where}: not a JSON object; config_path must name an HF config.json")
+    return cfg
+
+
 def from_hf_config(path: str | Path) -> ArchSpec:
     """Read an HF config.json (Llama, Qwen2, Qwen3, Mistral style keys)."""
     where = str(path)
-    try:
-        cfg = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise BadInput(f"{where}: cannot read the HF config ({exc.strerror}); check config_path") from None
-    except json.JSONDecodeError:
-        raise BadInput(f"{where}: not valid JSON; config_path must name an HF config.json") from None
+    cfg = _read_config(path)
     try:
         hidden = int(cfg["hidden_size"])
         heads = int(cfg["num_attention_heads"])
@@ -220,18 +234,60 @@ def from_hf_config(path: str | Path) -> ArchSpec:
             qkv_bias=bool(cfg.get("attention_bias", model_type == "qwen2")),
             qk_norm=model_type.startswith("qwen3"),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
         raise BadInput(f"{where}: HF config lacks or mangles {exc}; need hidden_size, intermediate_size, ...") from None
 
 
+def config_file(spec: ModelSpec) -> Path | None:
+    """The config.json an `hf` spec reads: `config_path`, else `path`/config.json; None for a built-in."""
+    if spec.arch.lower() != "hf":
+        return None
+    if spec.config_path:
+        return Path(spec.config_path).expanduser()
+    if spec.path:
+        return Path(spec.path).expanduser() / "config.json"
+    raise BadInput(
+        "model arch 'hf' needs config_path (an HF config.json) or path (an HF model directory with config.json); "
+        "or name a built-in arch (qwen3-8b, ..., tiny)"
+    )
+
+
 def resolve(spec: ModelSpec) -> ArchSpec:
-    """The architecture a ModelSpec names: a built-in, or an HF config.json when arch is `hf`."""
-    if spec.arch == "hf":
-        if not spec.config_path:
-            raise BadInput("model arch 'hf' needs config_path: the path of an HF config.json")
-        return from_hf_config(spec.config_path)
+    """The architecture a ModelSpec names: a built-in, or the HF config.json `config_file` finds (arch `hf`)."""
+    config = config_file(spec)
+    if config is not None:
+        return from_hf_config(config)
     try:
         return BUILTIN[spec.arch.lower()]
     except KeyError:
         known = ", ".join(sorted(BUILTIN))
-        raise BadInput(f"unknown model architecture {spec.arch!r}; known: {known}, or 'hf' with config_path") from None
+        raise BadInput(
+            f"unknown model architecture {spec.arch!r}; known: {known}, or 'hf' with path or config_path"
+        ) from None
+
+
+def executable_problem(spec: ModelSpec) -> str | None:
+    """Why the runtime could not execute the model `spec` names (None when it can): every built-in is a
+    Llama/Qwen decoder; an HF config must have a `model_type` of RUNTIME_MODEL_TYPES."""
+    config = config_file(spec)
+    if config is None:
+        resolve(spec)  # an unknown built-in name is its own one-line error
+        return None
+    model_type = _read_config(config).get("model_type")
+    if model_type in RUNTIME_MODEL_TYPES:
+        return None
+    what = f"model_type {model_type!r}" if isinstance(model_type, str) else "no model_type"
+    return (
+        f"{config}: {what}, which the runtime cannot execute (it runs {', '.join(RUNTIME_MODEL_TYPES)} decoders); "
+        "use a model of one of those families"
+    )
+
+
+def check_executable(workload: Workload) -> None:
+    """BadInput (one line, naming the role) when a model of `workload` is one the runtime cannot execute:
+    `hetrl plan` refuses it instead of planning a job no run could start."""
+    for role in ("actor", "critic", "reference", "reward"):
+        spec = workload.model_for(role)  # type: ignore[arg-type]
+        problem = executable_problem(spec) if spec is not None else None
+        if problem:
+            raise BadInput(f"{role}: {problem}")

@@ -67,6 +67,7 @@ def make_plan(
     `Calibration.factors()` (hetrl calibrate): the cost model every solver scores with. `mip_solver` (a pyomo
     solver name) and `write_model` (a folder for the leaves as MPS/LP) apply to the ILP (planner/ilp_pyomo.py)."""
     start = time.monotonic()
+    from hetrl_cli.costmodel.architectures import check_executable
     from hetrl_cli.costmodel.model import CostModel
     from hetrl_cli.planner.build import to_plan
     from hetrl_cli.planner.ilp_pyomo import LeafOptions
@@ -78,6 +79,7 @@ def make_plan(
         raise BadInput(f"budget must be positive, got {budget_s} s")
     leaves = LeafOptions(mip_solver, write_model)
     leaves.check(solver)
+    check_executable(workload)  # a model the runtime cannot run is one line (exit 2), not a plan
     budget = Budget(budget_s, max_evals, start=start)
     cost_model = CostModel(profile, workload, calibration)
     tables = Tables(cost_model, profile, workload)

@@ -108,7 +108,7 @@ def check_inputs(plan: Plan, files: bool = True) -> None:
     """Every model has a path or is the tiny one; with `files`, the model directories and the dataset, loaded
     as the workers load them, on this machine (a one-host run; a multi-host run checks the files on every host
     in its preflight). BadInput naming the file and the fix."""
-    from hetrl_cli.runtime.datasets import load_records
+    from hetrl_cli.runtime.datasets import load_dataset
     from hetrl_cli.runtime.tinymodel import model_dir_problem
 
     workload = plan.workload
@@ -126,7 +126,7 @@ def check_inputs(plan: Plan, files: bool = True) -> None:
                 "directory on every host, or use arch 'tiny'"
             )
     if files and workload.dataset.kind != "toy":
-        load_records(workload.dataset.kind, workload.dataset.path, workload.seed)
+        load_dataset(workload.dataset, workload.seed)
 
 
 def plan_profile(plan: Plan, given: Path | None) -> ClusterProfile | None:

@@ -85,15 +85,16 @@ out["input_problems"] = []
 try:  # the model directories and the dataset, loaded as the workers load them (relative paths from cwd)
     if out["cwd_exists"]:
         os.chdir(args["cwd"])
-    from hetrl_cli.runtime.datasets import load_records
+    from hetrl_cli.artifacts.workload import DatasetSpec
+    from hetrl_cli.runtime.datasets import load_dataset
     from hetrl_cli.runtime.tinymodel import model_dir_problem
     for role, model in args["models"]:
         problem = None if model in out["missing_paths"] else model_dir_problem(model, role == "actor")
         if problem:
             out["input_problems"].append(f"{role}: {problem}")
-    kind, data = args["dataset"]
+    data = args["dataset"].get("path")
     if data and data not in out["missing_paths"]:
-        load_records(kind, data, 0)
+        load_dataset(DatasetSpec(**args["dataset"]), 0)
 except ImportError:
     pass  # no hetrl there: reported on its own
 except Exception as exc:
@@ -280,7 +281,7 @@ def preflight(
     main = slots[0].address or slots[0].entry.host
     base = {"run_dir": str(run_dir), "cwd": os.getcwd(), "paths": workload_paths(plan), "main": main,
             "engine_modules": list(probed_modules()), "models": workload_models(plan),
-            "dataset": [plan.workload.dataset.kind, plan.workload.dataset.path]}  # fmt: skip
+            "dataset": plan.workload.dataset.model_dump()}  # fmt: skip
     reward_hosts = user_reward_hosts(plan)
 
     def args_of(slot: HostSlot) -> dict[str, Any]:

@@ -6,9 +6,13 @@ mass towards the tokens that contain the character).
 
 A workload's `reward_rule` may instead name the user's own function as `module:function` (e.g.
 `my_rewards:exact_match`), importable from the run's working directory or PYTHONPATH, called as
-`fn(prompt, response, answer) -> float`. That names code to execute, and a plan file carries its workload, so
-`hetrl run` / `hetrl validate` import it only with `--allow-user-reward` (see `user_reward_gate`), and check
-that it imports and takes three arguments before anything is launched (`check_user_reward`).
+`fn(prompt, response, answer) -> float`, or a verl reward, recognised by its parameter names
+(`solution_str` and `ground_truth`) and called as verl calls it:
+`compute_score(data_source=..., solution_str=response, ground_truth=answer, extra_info=...)`, with the row's
+`data_source` and `extra_info` (those it accepts); it may return a number or a dict with a `score`, as in verl.
+That names code to execute, and a plan file carries its workload, so `hetrl run` / `hetrl validate` import it
+only with `--allow-user-reward` (see `user_reward_gate`), and check that it imports and can be called one of
+those ways before anything is launched (`check_user_reward`).
 """
 
 from __future__ import annotations
@@ -20,13 +24,19 @@ import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hetrl_cli.errors import BadInput
+from hetrl_cli.runtime.datasets import Record
 
 RewardFn = Callable[[str, str], float]
 """A built-in rule: (response, answer) -> reward."""
 ScoreFn = Callable[[str, str, str], float]
-"""What the reward role calls: (prompt, response, answer) -> reward."""
+"""A user function called as (prompt, response, answer) -> reward."""
+RecordScore = Callable[[Record, str], float]
+"""What the reward role calls: (the dataset record, the decoded response) -> reward."""
+VERL_PARAMETERS = ("data_source", "solution_str", "ground_truth", "extra_info")
+"""verl's `compute_score` parameters; a function taking `solution_str` and `ground_truth` is called verl's way."""
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
@@ -104,7 +114,29 @@ def is_user_reward(rule: str) -> bool:
 
 
 def load_user_reward(spec: str) -> ScoreFn:
-    """Import `module:function` and check it can be called as fn(prompt, response, answer) (ValueError, one line)."""
+    """Import `module:function` and check it can be called as fn(prompt, response, answer) or verl's way
+    (ValueError, one line); the result is called as (prompt, response, answer)."""
+    score = user_record_scorer(spec)
+    return lambda prompt, response, answer: score(Record(prompt, answer), response)
+
+
+def user_record_scorer(spec: str) -> RecordScore:
+    """The user's `module:function` as the reward role calls it: on the record and the response."""
+    fn = _import_user_function(spec)
+    if is_verl_style(fn):
+        return _checked(spec, _verl_caller(spec, fn))
+    try:
+        inspect.signature(fn).bind("prompt", "response", "answer")
+    except TypeError:
+        raise ValueError(
+            f"reward {spec}: {spec.partition(':')[2]}{inspect.signature(fn)} cannot take (prompt, response, answer)"
+        ) from None
+    except ValueError:  # builtins without a signature: trust them
+        pass
+    return _checked(spec, lambda record, response: fn(record.prompt, response, record.answer))
+
+
+def _import_user_function(spec: str) -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -115,22 +147,61 @@ def load_user_reward(spec: str) -> ScoreFn:
         raise ValueError(f"reward {spec}: module {module_name} ({module.__file__}) has no {attr!r}")
     if not callable(fn):
         raise ValueError(f"reward {spec}: {attr} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def is_verl_style(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` has verl's reward parameters (`solution_str` and `ground_truth`, by name).
+
+    >>> def compute_score(data_source, solution_str, ground_truth, extra_info=None): ...
+    >>> is_verl_style(compute_score), is_verl_style(lambda prompt, response, answer: 0.0)
+    (True, False)
+    """
     try:
-        inspect.signature(fn).bind("prompt", "response", "answer")
-    except TypeError:
+        names = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "solution_str" in names and "ground_truth" in names
+
+
+def _verl_caller(spec: str, fn: Callable[..., Any]) -> RecordScore:
+    """Call `fn` by keyword with what it takes of verl's four arguments; refuse one that needs more."""
+    params = inspect.signature(fn).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    passed = tuple(name for name in VERL_PARAMETERS if takes_any or name in params)
+    needed = [
+        name
+        for name, p in params.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        and name not in passed
+    ]
+    if needed:
         raise ValueError(
-            f"reward {spec}: {attr}{inspect.signature(fn)} cannot take (prompt, response, answer)"
-        ) from None
-    except ValueError:  # builtins without a signature: trust them
-        pass
-    return _checked(spec, fn)
+            f"reward {spec}: {spec.partition(':')[2]}{inspect.signature(fn)} needs {', '.join(needed)}; verl rewards "
+            f"are called with ({', '.join(VERL_PARAMETERS)})"
+        )
+
+    def call(record: Record, response: str) -> Any:
+        values = {
+            "data_source": record.data_source,
+            "solution_str": response,
+            "ground_truth": record.answer,
+            "extra_info": record.extra_info,
+        }
+        return fn(**{name: values[name] for name in passed})
+
+    return call
 
 
-def _checked(spec: str, fn: ScoreFn) -> ScoreFn:
-    """`fn` whose result must be a finite number (a clear error in the worker's log otherwise)."""
+def _checked(spec: str, fn: Callable[[Record, str], Any]) -> RecordScore:
+    """`fn` whose result must be a finite number, or a dict with a finite `score` as verl's may return (a
+    clear error in the worker's log otherwise)."""
 
-    def score(prompt: str, response: str, answer: str) -> float:
-        value = fn(prompt, response, answer)
+    def score(record: Record, response: str) -> float:
+        value = fn(record, response)
+        if isinstance(value, dict) and "score" in value:
+            value = value["score"]
         try:
             number = float(value)
         except (TypeError, ValueError):
@@ -143,15 +214,25 @@ def _checked(spec: str, fn: ScoreFn) -> ScoreFn:
 
 
 def reward_scorer(rule: str) -> ScoreFn:
-    """What the reward role calls for a workload's `reward_rule`: a built-in (the prompt unused) or user code.
+    """A workload's `reward_rule` called as (prompt, response, answer): a built-in (the prompt unused) or user code.
 
     >>> reward_scorer("toy")("say a:", "aab", "a")
     0.6666666666666666
     """
+    score = record_scorer(rule)
+    return lambda prompt, response, answer: score(Record(prompt, answer), response)
+
+
+def record_scorer(rule: str) -> RecordScore:
+    """What the reward role calls for a workload's `reward_rule`, on a dataset record and the response.
+
+    >>> record_scorer("numeric-answer")(Record("2+2?", "4"), "it is 4")
+    1.0
+    """
     if is_user_reward(rule):
-        return load_user_reward(rule)
+        return user_record_scorer(rule)
     fn = reward_rule(rule)
-    return lambda prompt, response, answer: fn(response, answer)
+    return lambda record, response: fn(response, record.answer)
 
 
 _CHECK_SCRIPT = (

@@ -399,14 +399,14 @@ class RuleReward:
     """A rule-based or user reward (rewards.py) on the prompt, the decoded response and the record's answer."""
 
     def __init__(self, rule: str, tokenizer) -> None:
-        from hetrl_cli.runtime.rewards import reward_scorer
+        from hetrl_cli.runtime.rewards import record_scorer
 
-        self.fn = reward_scorer(rule)
+        self.fn = record_scorer(rule)
         self.tokenizer = tokenizer
 
     def scores(self, rollouts: list[Rollout], records: list[Record]) -> list[float]:
         texts = self.tokenizer.batch_decode([list(r.response_ids) for r in rollouts], skip_special_tokens=True)
-        return [self.fn(rec.prompt, text, rec.answer) for text, rec in zip(texts, records, strict=True)]
+        return [self.fn(rec, text) for text, rec in zip(texts, records, strict=True)]
 
 
 class RewardModel:

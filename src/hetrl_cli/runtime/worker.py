@@ -119,9 +119,9 @@ class Worker:
         self.groups = comm.make_groups(self._group_specs(), manifest.collective_timeout_s)
         self._build_roles()
         self.offloads = self._offloads()
-        from hetrl_cli.runtime.datasets import load_records
+        from hetrl_cli.runtime.datasets import load_dataset
 
-        self.records = load_records(wl.dataset.kind, wl.dataset.path, wl.seed)
+        self.records = load_dataset(wl.dataset, wl.seed)
         self.pending: list[Rollout] = []
         self.synced_checksum: str | None = None
         """Checksum of the actor weights last sent to generation (--verify-weights, on the leader)."""
@@ -339,11 +339,11 @@ class Worker:
 
     def prompts(self, step: int) -> list[tuple[int, tuple[int, ...]]]:
         """(sequence index, prompt ids) of every sequence of the step: prompt i repeated G times."""
-        from hetrl_cli.runtime.datasets import step_records
+        from hetrl_cli.runtime.datasets import encode_prompts, step_records
 
         wl = self.workload
         records = step_records(self.records, step, wl.prompts_per_step, wl.seed)
-        encoded = self.tokenizer([r.prompt for r in records], add_special_tokens=False)["input_ids"]
+        encoded = encode_prompts(self.tokenizer, records, wl.dataset.chat_template)
         out = []
         for i, ids in enumerate(encoded):
             ids = tuple(ids[-wl.max_prompt_tokens :])
