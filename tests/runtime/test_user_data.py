@@ -152,6 +152,24 @@ def test_bad_files_are_one_line(tmp_path: Path) -> None:
         assert message in str(err.value) and "\n" not in str(err.value), spec
 
 
+def test_run_refuses_a_bad_row_before_the_launch(tmp_path: Path) -> None:
+    """`hetrl run` loads the dataset before anything starts: one line naming file, row and column, exit 2."""
+    from hetrl_cli.artifacts.io import save_artifact
+
+    from .plans import D0, GRPO_TASKS, hand_plan, on, tiny_workload
+
+    path = write_parquet(tmp_path / "d.parquet", [FINE, {"prompt": "x", "answer": None, "ground_truth": True}])
+    workload = tiny_workload(dataset={"kind": "parquet", "path": str(path)})
+    save_artifact(hand_plan(workload, on(D0, GRPO_TASKS), name="single"), tmp_path / "plan.json")
+    argv = [HETRL, "run", "plan.json", "--engine", "hf", "--steps", "1", "--run-dir", "run"]
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr == (
+        f"hetrl: error: {path}: row 2: column 'ground_truth' is a bool; expected a string or a number\n"
+    )
+    assert not (tmp_path / "run").exists()
+
+
 # ---- the chat template ------------------------------------------------------------------------------------
 
 
