@@ -1,7 +1,8 @@
 """Bytes per parameter of model states, and what stays resident when tasks share devices.
 
 Model states per parameter (Rajbhandari et al. 2020, "ZeRO", §3.1: mixed-precision Adam is 2 + 2 + 12 = 16
-bytes per parameter):
+bytes per parameter), as the runtime holds them (runtime/precision.py; tests/runtime/test_precision.py measures
+them per rank):
   weights  = precision bytes (bf16/fp16: 2, fp32: 4)
   grads    = precision bytes
   optimizer= Adam/AdamW: fp32 master + m + v = 12 (fp32 training: m + v = 8);
@@ -137,6 +138,17 @@ def stage_memory(
     return wts + work + logits, "activations" if shares_trainer else "weights + activations", load_s
 
 
+def train_state_bytes(workload: Workload, params: float, dp: int) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer state) bytes a training rank holds for `params` parameters of its stage
+    and TP slice, ZeRO-sharded over `dp` replicas (zero1: the optimizer state, zero2: + gradients, zero3:
+    + weights); what tests/runtime/test_precision.py measures on real ranks."""
+    zero = workload.sharding if dp > 1 else "none"
+    weights = params * weight_bytes_per_param(workload) / (dp if zero == "zero3" else 1)
+    grads = params * grad_bytes_per_param(workload) / (dp if zero in ("zero2", "zero3") else 1)
+    opt = params * optimizer_bytes_per_param(workload) / (dp if zero != "none" else 1)
+    return weights, grads, opt
+
+
 def train_stage_bytes(
     step: Step,
     arch: ArchSpec,
@@ -153,9 +165,7 @@ def train_stage_bytes(
     w = step.workload
     pp = len(split)
     zero = w.sharding if dp > 1 else "none"
-    weights = params_dev * weight_bytes_per_param(w) / (dp if zero == "zero3" else 1)
-    grads = params_dev * grad_bytes_per_param(w) / (dp if zero in ("zero2", "zero3") else 1)
-    opt = params_dev * optimizer_bytes_per_param(w) / (dp if zero != "none" else 1)
+    weights, grads, opt = train_state_bytes(w, params_dev, dp)
     in_flight = min(pp - p, m)  # 1F1B: stage p holds pp − p micro-batches' activations
     acts = in_flight * mb_tok_max * split[p] * arch.activation_bytes_per_token_layer(st.tp, w.recompute)
     if w.recompute:  # one layer's full activations while it is recomputed

@@ -29,6 +29,7 @@ from hetrl_cli.artifacts.profile import ClusterProfile
 from hetrl_cli.artifacts.run import RunSummary
 from hetrl_cli.errors import BadInput, HetrlError
 from hetrl_cli.runtime.comm import DEFAULT_COLLECTIVE_TIMEOUT_S
+from hetrl_cli.runtime.devices import plan_backend
 from hetrl_cli.runtime.engines import ENGINES, FALLBACK, EngineSpec, check_choice, pick
 from hetrl_cli.runtime.layout import plan_devices, plan_hosts, supported
 from hetrl_cli.runtime.rewards import check_user_reward, user_reward_gate
@@ -198,7 +199,7 @@ def _reopen_run_dir(plan: Plan, path: Path) -> RunDir:
     return run
 
 
-def prepare(plan: Plan, options: RunOptions, engine: str) -> RunDir:
+def prepare(plan: Plan, options: RunOptions, engine: str, backend: str = "gloo") -> RunDir:
     """Create or reopen the run directory (0700: the user's alone) and write the inputs and the launch
     manifest. Call it under rundir.private_files() so what it writes is 0600 too."""
     run = _reopen_run_dir(plan, options.resume) if options.resume else _new_run_dir(plan, options.run_dir)
@@ -219,6 +220,7 @@ def prepare(plan: Plan, options: RunOptions, engine: str) -> RunDir:
         resume=options.resume is not None,
         verify_weights=options.verify_weights,
         tensorboard=options.tensorboard,
+        backend=backend,
     )
     run.manifest.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return run
@@ -253,15 +255,16 @@ def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
     check_choice(options.engine)
     check_runnable(plan, options.engine)  # `auto` is refused only what no engine runs; its pick avoids the rest
     user_reward_gate(plan.workload.reward_rule, plan.name, options.allow_user_reward)
+    backend = plan_backend(plan, plan_profile(plan, options.profile))  # a CPU + CUDA mix: one line, exit 2
     slots = _remote_slots(plan, options)
     check_inputs(plan, files=slots is None)
     note = check_memory(plan, options.profile)
     with private_files():
         if slots is not None:
-            return _run_multihost(plan, options, slots, note)
+            return _run_multihost(plan, options, slots, note, backend)
         check_user_reward(plan.workload.reward_rule, options.python)
         engine = resolve_engine(options.engine, options.python, plan)
-        run = prepare(plan, options, engine)
+        run = prepare(plan, options, engine, backend)
         devices = plan_devices(plan)
         if note:
             options.echo(note)
@@ -317,7 +320,9 @@ def _launch_and_summarize(
     return summary
 
 
-def _run_multihost(plan: Plan, options: RunOptions, slots: list, note: str | None = None) -> RunSummary:
+def _run_multihost(
+    plan: Plan, options: RunOptions, slots: list, note: str | None = None, backend: str = "gloo"
+) -> RunSummary:
     """Preflight every host (nothing is written before it passes), then one launch per host over SSH."""
     from hetrl_cli.remote.ssh import KnownHosts, SshSettings
     from hetrl_cli.remote.sshconfig import SshConfig
@@ -335,7 +340,7 @@ def _run_multihost(plan: Plan, options: RunOptions, slots: list, note: str | Non
         options.echo(f"preflight: {len(slots)} hosts ok in {time.monotonic() - started_pf:.1f}s")
         if note:
             options.echo(note)
-        run = prepare(plan, _with_run_dir(options, target), engine)
+        run = prepare(plan, _with_run_dir(options, target), engine, backend)
         for stale in run.logs.glob("launch-*.pid"):
             stale.unlink()
         for note in sync_inputs(slots, run, options.resume is not None):

@@ -96,7 +96,7 @@ def allreduce_gradients(
     size: int,
     layout: list[tuple[str, tuple[int, ...]]] | None = None,
 ) -> None:
-    """Sum gradients over the DP group in one flat buffer.
+    """Sum gradients over the DP group in one flat buffer (in the gradients' dtype: the workload's precision).
 
     Each replica back-propagates its token-loss *sum* divided by the global token count, so the sum over
     replicas is exactly the full-batch gradient whatever the (uneven) shares are: no averaging here.
@@ -133,7 +133,8 @@ SYNC_CHUNK_BYTES = 1 << 20
 
 
 class WeightChannel:
-    """One weight-sync group. The first transfer sends names and shapes, later ones only the flat buffer,
+    """One weight-sync group. The first transfer sends names, shapes and dtypes, later ones only the flat buffer
+    (in the weights' dtype),
     relayed along `chain` (global ranks, `src` first; Layout.sync_chain) or, without one, one collective.
     With `wait=False` the source returns while its sends are on the wire (async training goes on; the buffer
     is a copy, so training may change the weights); they are waited for before its next transfer or `drain`."""
@@ -157,10 +158,11 @@ class WeightChannel:
             meta = [[(n, tuple(t.shape), str(t.dtype)) for n, t in items]] if items is not None else [None]
             dist.broadcast_object_list(meta, src=self.src, group=self.group)
             self.specs = meta[0]
+        dtype = _wire_dtype(self.specs)
         if items is not None:
-            flat = torch.cat([t.float().reshape(-1) for _, t in items])
+            flat = torch.cat([t.to(dtype).reshape(-1) for _, t in items])
         else:
-            flat = torch.empty(sum(_numel(shape) for _, shape, _ in self.specs), dtype=torch.float32)
+            flat = torch.empty(sum(_numel(shape) for _, shape, _ in self.specs), dtype=dtype)
         if self.chain is None:
             dist.broadcast(flat, src=self.src, group=self.group)
         else:
@@ -180,6 +182,19 @@ class WeightChannel:
             for work in self._sending[1]:
                 work.wait()
             self._sending = None
+
+
+def _wire_dtype(specs: list[tuple[str, tuple[int, ...], str]]) -> Any:
+    """The weights' own dtype when they share one (the workload's precision: bf16 moves 2 bytes a parameter,
+    as the cost model's weight sync counts), else fp32."""
+    import torch
+
+    dtypes = {dtype for _, _, dtype in specs}
+    if len(dtypes) == 1:
+        found = getattr(torch, next(iter(dtypes)).removeprefix("torch."), None)
+        if isinstance(found, torch.dtype) and found.is_floating_point:
+            return found
+    return torch.float32
 
 
 def relay(flat: Tensor, chain: list[int], group: Any, chunk_bytes: int = SYNC_CHUNK_BYTES, wait: bool = True) -> list:

@@ -215,6 +215,9 @@ class Shard:
     """slices[tp_rank][name]: where each TP rank's piece sits in the full tensor (absent = whole)."""
     stage_names: list[set[str]] = field(default_factory=list)
     """Canonical names each stage of the replica holds."""
+    head_outside: bool = False
+    """A causal LM's last stage returns its final hidden states, not the logits: the caller applies `lm_head` to
+    the response positions in chunks (runtime/logprobs.py), never making the [n, L, vocab] logits."""
 
     @classmethod
     def build(cls, model: nn.Module, par: Parallel) -> Shard:
@@ -271,6 +274,8 @@ class Shard:
         if not self.par.pos.last:
             return out
         assert head is not None
+        if kind == "causal" and self.head_outside:
+            return out
         if kind == "token":
             return head(self.model.dropout(out))
         logits = head(out)
@@ -280,6 +285,11 @@ class Shard:
             last = (index * (input_ids != pad).to(index.dtype)).argmax(-1)
             return logits[torch.arange(input_ids.shape[0], device=logits.device), last]
         return logits
+
+    @property
+    def lm_head(self) -> nn.Module:
+        """The causal LM's head (whole on every TP rank), for callers of a `head_outside` forward."""
+        return self.model.lm_head
 
     # gradients ---------------------------------------------------------------------------------------
     def owned(self, name: str) -> bool:

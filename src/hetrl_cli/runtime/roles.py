@@ -86,12 +86,6 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _at_positions(logits: Tensor, batch: SeqBatch) -> Tensor:
-    """Logits at the positions that predict each response token: [n, L, V] -> [n, T, V]."""
-    index = batch.positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-    return logits.gather(1, index)
-
-
 def _shard(model, parallel):
     """The model cut to this rank's position (the whole model when `parallel` is None)."""
     from hetrl_cli.runtime.parallel import Parallel, Shard
@@ -113,11 +107,12 @@ def _per_sequence(shard, rollouts: list[Rollout], pad_id: int, micro_batch: int,
             for i, r in enumerate(chunk)]  # fmt: skip
 
 
-def make_optimizer(params, kind: str, lr: float, weight_decay: float, zero: Any = None):
-    """The workload's optimizer; ZeRO-partitioned when `zero` (sharding.Zero) is active."""
+def make_optimizer(params, kind: str, lr: float, weight_decay: float, zero: Any = None, masters: Any = None):
+    """The workload's optimizer; ZeRO-partitioned when `zero` (sharding.Zero) is active; stepping fp32 master
+    weights when `masters` (mixed precision)."""
     from hetrl_cli.runtime import sharding
 
-    return sharding.make_optimizer(params, kind, lr, weight_decay, zero)
+    return sharding.make_optimizer(params, kind, lr, weight_decay, zero, masters)
 
 
 def _trainable(shard, recompute: bool) -> None:
@@ -128,16 +123,34 @@ def _trainable(shard, recompute: bool) -> None:
         enable_recompute(shard.model.model.layers)
 
 
-def _step(shard, optimizer, zero: Any, max_norm: float, dp: tuple[Any, int]) -> float:
-    """Sum the gradients over DP, clip by the full model's norm, (zero2) free the other ranks' gradients, step."""
-    shard.reduce_gradients(*dp)
-    norm = shard.clip_grad_norm(max_norm)
-    if zero is not None and zero.kind == "zero2":
-        from hetrl_cli.runtime.sharding import free_foreign_grads
+def _step(shard, optimizer, zero: Any, max_norm: float, dp: tuple[Any, int], scaler: Any) -> float:
+    """Sum the gradients over DP, clip by the full model's norm, (zero2) free the other ranks' gradients, step.
+    fp16: the gradients carry the loss scale until the master step divides it out (the clipping threshold
+    is scaled alike), and no rank steps when the norm is inf/nan (the same decision on every rank)."""
+    from hetrl_cli.runtime.sharding import free_foreign_grads, inner_optimizer
 
+    shard.reduce_gradients(*dp)
+    norm = shard.clip_grad_norm(max_norm * scaler.scale) / scaler.scale
+    if zero is not None and zero.kind == "zero2":
         free_foreign_grads(optimizer)
-    optimizer.step()
+    if scaler.update(norm):
+        inner = inner_optimizer(optimizer)
+        if hasattr(inner, "loss_scale"):
+            inner.loss_scale = scaler.scale
+        optimizer.step()
     return norm
+
+
+def _low_precision(shard, precision: str) -> list[Tensor] | None:
+    """Cast a trained shard (loaded in fp32) to the workload's precision; -> the fp32 weights it had, the
+    optimizer's initial master weights (None in fp32: the weights are their own masters)."""
+    if precision == "fp32":
+        return None
+    from hetrl_cli.runtime.precision import torch_dtype
+
+    masters = [p.detach().clone() for _, p in shard.held]
+    shard.model.to(torch_dtype(precision))  # the same Parameter objects (shard.held stays valid), new data
+    return masters
 
 
 def sequence_seed(seed: int, step: int, index: int) -> int:
@@ -177,14 +190,21 @@ class Generator:
 
 
 class Reference:
-    """The frozen initial policy: per-token log-probs of responses (for the KL term)."""
+    """The frozen initial policy: per-token log-probs of responses (for the KL term), weights in `precision`."""
 
     def __init__(
-        self, model_dir: str | Path, pad_id: int, micro_batch: int, device: str = "cpu", parallel: Any = None
+        self,
+        model_dir: str | Path,
+        pad_id: int,
+        micro_batch: int,
+        device: str = "cpu",
+        parallel: Any = None,
+        precision: str = "fp32",
     ) -> None:
         from hetrl_cli.runtime.tinymodel import load_causal_lm
 
-        self.shard = _shard(load_causal_lm(model_dir).to(device).requires_grad_(False), parallel)
+        self.shard = _shard(load_causal_lm(model_dir, precision).to(device).requires_grad_(False), parallel)
+        self.shard.head_outside = True
         self.model = self.shard.model
         self.pad_id, self.micro_batch, self.device = pad_id, micro_batch, device
 
@@ -193,8 +213,11 @@ class Reference:
 
 
 def _logprobs_lists(shard, rollouts: list[Rollout], pad_id: int, micro_batch: int, device: str) -> list[list[float]]:
-    def logp(logits: Tensor, batch: SeqBatch) -> Tensor:
-        return alg.gather_logprobs(_at_positions(logits, batch), batch.response)
+    """Per-token log-probs from a `head_outside` shard, the head applied in chunks (runtime/logprobs.py)."""
+    from hetrl_cli.runtime.logprobs import response_logprobs
+
+    def logp(hidden: Tensor, batch: SeqBatch) -> Tensor:
+        return response_logprobs(hidden, batch.positions, batch.response, shard.lm_head)
 
     return _per_sequence(shard, rollouts, pad_id, micro_batch, device, logp)
 
@@ -215,17 +238,31 @@ class Actor:
         parallel: Any = None,
         zero: Any = None,
         recompute: bool = False,
+        precision: str = "fp32",
     ) -> None:
-        """`zero` (sharding.Zero): ZeRO over the task's replicas; `recompute`: activation checkpointing."""
+        """`zero` (sharding.Zero): ZeRO over the task's replicas; `recompute`: activation checkpointing;
+        `precision`: weights, gradients and compute in it, fp32 master weights in the optimizer (precision.py)."""
+        from hetrl_cli.runtime.precision import LossScaler
         from hetrl_cli.runtime.tinymodel import load_causal_lm
 
         self.shard = _shard(load_causal_lm(model_dir).to(device), parallel)
+        self.shard.head_outside = True
         self.model = self.shard.model
         _trainable(self.shard, recompute)
+        masters = _low_precision(self.shard, precision)
         self.zero = zero
-        self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.lr, rl.weight_decay, zero)
+        self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.lr, rl.weight_decay, zero,
+                                        masters)  # fmt: skip
         self.rl, self.algorithm, self.epochs = rl, algorithm, epochs
-        self.pad_id, self.micro_batch, self.device = pad_id, micro_batch, device
+        self.pad_id, self.micro_batch, self.device, self.precision = pad_id, micro_batch, device, precision
+        self.scaler = LossScaler(precision == "fp16")
+
+    @property
+    def reuses_old_logprobs(self) -> bool:
+        """One update per batch (ppo_epochs 1) with the KL in the loss (GRPO): the old log-probs are the current
+        policy's, so the update takes them from its own forward (same weights, same ops) instead of a separate
+        pass before it. PPO needs them before training: its KL penalty is in the rewards."""
+        return self.epochs == 1 and ALGORITHMS[self.algorithm].kl == "loss"
 
     def logprobs(self, rollouts: list[Rollout]) -> list[list[float]]:
         return _logprobs_lists(self.shard, rollouts, self.pad_id, self.micro_batch, self.device)
@@ -234,7 +271,7 @@ class Actor:
         self,
         rollouts: list[Rollout],
         advantages: Tensor,
-        old_logp: Tensor,
+        old_logp: Tensor | None,
         ref_logp: Tensor,
         total_tokens: float,
         dp: tuple[Any, int],
@@ -245,6 +282,7 @@ class Actor:
         gradients over the DP group gives the full-batch gradient (Shard.reduce_gradients). `dp` is the
         (group, size) of this rank's gradient sum. Returns sums (pg_loss, kl, clipped, tokens) for the caller to
         combine across replicas (zero on pipeline stages other than the last) and the global gradient norm.
+        `old_logp` None (`reuses_old_logprobs`): the old log-probs are this forward's own, detached.
         """
         from hetrl_cli.runtime.parallel import pipeline_train
 
@@ -254,21 +292,26 @@ class Actor:
 
         def loss(logits: Tensor, i: int) -> tuple[Tensor, dict[str, Any]]:
             lo, hi = starts[i], starts[i] + self.micro_batch
-            part = self._micro_loss(logits, batches[i], advantages[lo:hi], old_logp[lo:hi], ref_logp[lo:hi])
-            return part["loss_sum"] / total_tokens, part
+            old = None if old_logp is None else old_logp[lo:hi]
+            part = self._micro_loss(logits, batches[i], advantages[lo:hi], old, ref_logp[lo:hi])
+            return self.scaler.scaled(part["loss_sum"] / total_tokens), part
 
         for _ in range(self.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             for part in pipeline_train(self.shard, batches, loss):
                 for key in ("pg_loss_sum", "kl_sum", "clipped_sum", "tokens"):
                     sums[key] += float(part[key])
-            sums["grad_norm"] = _step(self.shard, self.optimizer, self.zero, self.rl.grad_clip, dp)
+            sums["grad_norm"] = _step(self.shard, self.optimizer, self.zero, self.rl.grad_clip, dp, self.scaler)
         return sums
 
-    def _micro_loss(self, logits: Tensor, batch: SeqBatch, advantages, old_logp, ref_logp) -> dict[str, Any]:
+    def _micro_loss(self, hidden: Tensor, batch: SeqBatch, advantages, old_logp, ref_logp) -> dict[str, Any]:
+        """Loss sums of one micro-batch from the last stage's final hidden states (the head runs in chunks)."""
+        from hetrl_cli.runtime.logprobs import response_logprobs
+
         steps = batch.mask.shape[1]
-        adv, old, ref = (x[:, :steps].to(self.device) for x in (advantages, old_logp, ref_logp))
-        logp = alg.gather_logprobs(_at_positions(logits, batch), batch.response)
+        adv, ref = (x[:, :steps].to(self.device) for x in (advantages, ref_logp))
+        logp = response_logprobs(hidden, batch.positions, batch.response, self.shard.lm_head)
+        old = logp.detach() if old_logp is None else old_logp[:, :steps].to(self.device)
         pg, clipped = alg.policy_loss(logp, old, adv, self.rl.clip_eps)
         kl = alg.kl_k3(logp, ref)
         loss = pg + self.rl.kl_coef * kl if ALGORITHMS[self.algorithm].kl == "loss" else pg
@@ -310,18 +353,26 @@ class Critic:
         parallel: Any = None,
         zero: Any = None,
         recompute: bool = False,
+        precision: str = "fp32",
+        frozen: bool = False,
     ) -> None:
+        """Weights in `precision`; trained (not `frozen`, a critic-inference copy): fp32 master weights in the
+        optimizer (runtime/precision.py)."""
         import torch
         from transformers import AutoModelForTokenClassification
 
-        torch.manual_seed(seed)  # the value head is freshly initialised: identical on every critic rank
+        from hetrl_cli.runtime.precision import LossScaler
+
+        torch.manual_seed(seed)  # the value head is freshly initialised (in fp32): identical on every critic rank
         model = AutoModelForTokenClassification.from_pretrained(str(model_dir), num_labels=1).to(device)
         self.shard = _shard(model, parallel)
         self.model = self.shard.model
         _trainable(self.shard, recompute)
+        masters = _low_precision(self.shard, precision)
         self.zero = zero
+        self.scaler = LossScaler(precision == "fp16" and not frozen)
         self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.critic_lr, rl.weight_decay,
-                                        zero)  # fmt: skip
+                                        zero, None if frozen else masters)  # fmt: skip
         self.rl, self.epochs, self.pad_id, self.micro_batch, self.device = rl, epochs, pad_id, micro_batch, device
 
     @staticmethod
@@ -346,16 +397,17 @@ class Critic:
             batch, lo, steps = batches[i], starts[i], batches[i].mask.shape[1]
             ret = returns[lo : lo + self.micro_batch, :steps].to(self.device)
             old = old_values[lo : lo + self.micro_batch, :steps].to(self.device)
-            total = alg.masked_sum(alg.value_loss(self._values(logits, batch), old, ret, self.rl.value_clip),
-                                   batch.mask)  # fmt: skip
-            return total / total_tokens, {"vf_loss_sum": float(total.detach()), "vf_tokens": float(batch.mask.sum())}
+            values = self._values(logits, batch).float()
+            total = alg.masked_sum(alg.value_loss(values, old, ret, self.rl.value_clip), batch.mask)
+            info = {"vf_loss_sum": float(total.detach()), "vf_tokens": float(batch.mask.sum())}
+            return self.scaler.scaled(total / total_tokens), info
 
         for _ in range(self.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             for part in pipeline_train(self.shard, batches, loss):
                 for key in sums:
                     sums[key] += part[key]
-            _step(self.shard, self.optimizer, self.zero, self.rl.grad_clip, dp)
+            _step(self.shard, self.optimizer, self.zero, self.rl.grad_clip, dp, self.scaler)
         return sums
 
     def named_weights(self) -> list[tuple[str, Tensor]] | None:
@@ -413,13 +465,23 @@ class RewardModel:
     """A learned reward: a sequence-classification model's score on prompt + response."""
 
     def __init__(
-        self, model_dir: str | Path, pad_id: int, micro_batch: int, seed: int, device: str = "cpu", parallel: Any = None
+        self,
+        model_dir: str | Path,
+        pad_id: int,
+        micro_batch: int,
+        seed: int,
+        device: str = "cpu",
+        parallel: Any = None,
+        precision: str = "fp32",
     ) -> None:
         import torch
         from transformers import AutoModelForSequenceClassification
 
+        from hetrl_cli.runtime.precision import torch_dtype
+
         torch.manual_seed(seed)
-        model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), num_labels=1)
+        model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), num_labels=1,
+                                                                   dtype=torch_dtype(precision))  # fmt: skip
         model.config.pad_token_id = pad_id
         self.shard = _shard(model.to(device).eval().requires_grad_(False), parallel)
         self.model = self.shard.model

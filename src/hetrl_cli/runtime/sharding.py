@@ -10,6 +10,8 @@
   the clipping (which need the full gradient), the gradients of parameters other ranks step: the
   optimizer-step peak holds only this rank's partition of them. The backward still accumulates full
   gradients (no bucketed reduce-scatter; gloo has none), so zero2's saving is at the step, not during it.
+- mixed precision (workload bf16/fp16): `with_master_weights` keeps fp32 master weights in the optimizer state
+  next to the moments, so ZeRO shards them with the moments (runtime/precision.py).
 - zero3 (parameters sharded too) is not executed: `layout.supported` refuses it naming the workload field.
 - recompute: every decoder layer of a trained shard runs under torch.utils.checkpoint (non-reentrant) when
   gradients are on; its activations are recomputed in the backward. Forward-only passes are unchanged.
@@ -59,13 +61,105 @@ def zero_for(task: Any, rank: int, groups: Any, kind: str) -> Zero:
     return Zero(kind, groups.get(name), len(members), members.index(first))
 
 
-def make_optimizer(params: list[nn.Parameter], kind: str, lr: float, weight_decay: float, zero: Zero | None = None):
-    """The workload's optimizer over `params`, ZeRO-partitioned over `zero.group` when sharding is active."""
+def make_optimizer(
+    params: list[nn.Parameter],
+    kind: str,
+    lr: float,
+    weight_decay: float,
+    zero: Zero | None = None,
+    masters: list[torch.Tensor] | None = None,
+):
+    """The workload's optimizer over `params`, ZeRO-partitioned over `zero.group` when sharding is active.
+    `masters` (fp32 copies of low-precision `params`, in order): the optimizer steps fp32 master weights
+    (with_master_weights), each rank keeping those of its ZeRO partition only."""
     cls = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}.get(kind, torch.optim.Adam)
+    if masters is not None:
+        cls = with_master_weights(cls)
+        optimizer = _plain_or_zero(cls, params, lr, weight_decay, zero)
+        mine = {id(p) for p in local_params(optimizer)}
+        inner_optimizer(optimizer).pending = {id(p): m for p, m in zip(params, masters, strict=True) if id(p) in mine}
+        return optimizer
+    return _plain_or_zero(cls, params, lr, weight_decay, zero)
+
+
+def _plain_or_zero(cls: type, params: list[nn.Parameter], lr: float, weight_decay: float, zero: Zero | None):
     if zero is None or not zero.active:
         return cls(params, lr=lr, weight_decay=weight_decay)
     return ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=zero.group, lr=lr,
                                    weight_decay=weight_decay)  # fmt: skip
+
+
+_MASTER_CLASSES: dict[type, type] = {}
+
+
+def with_master_weights(cls: type) -> type:
+    """`cls` (torch.optim.Adam, AdamW or SGD) over low-precision (bf16/fp16) parameters, stepping fp32 master
+    copies of them: mixed precision as the cost model counts it (2-byte weights and gradients, 4-byte master +
+    moments in the optimizer state; costmodel/memory.py).
+
+    Each parameter's state holds `master` next to the moments, so ZeRO partitions the masters with them, offload
+    moves them, and checkpoints carry them (canonical names, full shapes, TP-sliced like the weights). A step
+    swaps each parameter's data and gradient for the master and the gradient in fp32 (divided by `loss_scale`,
+    fp16's loss scale), runs `cls`'s own step on them, then writes the master back into the low-precision
+    weights. Before its first step a parameter's master is `pending` (the fp32 weights the model was loaded
+    with), so the first update starts from the exact fp32 weights, not their rounding."""
+    if cls in _MASTER_CLASSES:
+        return _MASTER_CLASSES[cls]
+
+    class MasterWeights(cls):  # type: ignore[misc, valid-type]
+        loss_scale: float = 1.0
+        pending: dict[int, torch.Tensor]
+
+        @torch.no_grad()
+        def step(self, closure: Any = None) -> Any:
+            swapped = []
+            pending = getattr(self, "pending", {})
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    master = self.state[p].pop("master", None)
+                    if master is None:
+                        master = pending.pop(id(p), None)
+                    if master is None:
+                        master = p.detach().float()
+                    grad = p.grad.float()
+                    if self.loss_scale != 1.0:
+                        grad.div_(self.loss_scale)
+                    swapped.append((p, p.data, p.grad))
+                    p.grad = None
+                    p.data = master
+                    p.grad = grad
+            try:
+                return super().step(closure)
+            finally:
+                for p, low, low_grad in swapped:
+                    master = p.data
+                    p.grad = None
+                    low.copy_(master)
+                    p.data = low
+                    p.grad = low_grad
+                    self.state[p]["master"] = master
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            """torch casts floating state to the parameter's dtype on load: keep the masters and moments fp32."""
+            super().load_state_dict(state_dict)
+            ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+            params = [p for g in self.param_groups for p in g["params"]]
+            for index, p in zip(ids, params, strict=True):
+                for key, value in (state_dict["state"].get(index) or {}).items():
+                    if key != "step" and isinstance(value, torch.Tensor) and value.is_floating_point():
+                        self.state[p][key] = value.to(p.device, torch.float32, copy=True)
+            self.pending = {}
+
+    MasterWeights.__name__ = MasterWeights.__qualname__ = f"MasterWeights{cls.__name__}"
+    _MASTER_CLASSES[cls] = MasterWeights
+    return MasterWeights
+
+
+def inner_optimizer(optimizer: Any) -> Any:
+    """The optimizer that steps this rank's parameters (ZeRO's local one, or the optimizer itself)."""
+    return optimizer.optim if is_sharded(optimizer) else optimizer
 
 
 def is_sharded(optimizer: Any) -> bool:

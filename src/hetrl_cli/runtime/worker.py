@@ -37,7 +37,7 @@ from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.rl import ALGORITHMS, TRAIN_TASKS
 from hetrl_cli.runtime import algorithms as alg
 from hetrl_cli.runtime import comm, tracking
-from hetrl_cli.runtime.layout import ZERO_KINDS, Layout, Position, split_device_id
+from hetrl_cli.runtime.layout import ZERO_KINDS, Layout, Position
 from hetrl_cli.runtime.roles import (
     Actor,
     Critic,
@@ -168,13 +168,10 @@ class Worker:
 
     # setup -----------------------------------------------------------------------------------------------
     def _torch_device(self) -> str:
-        import torch
+        """The plan device's GPU on this host under the CUDA backend, else the CPU (runtime/devices.py)."""
+        from hetrl_cli.runtime.devices import worker_device
 
-        if torch.cuda.is_available():
-            index = split_device_id(self.manifest.devices[self.rank])[1]
-            torch.cuda.set_device(index)
-            return f"cuda:{index}"
-        return "cpu"
+        return worker_device(self.manifest.backend, self.manifest.devices[self.rank])
 
     def _group_specs(self) -> dict[str, list[int]]:
         lay = self.layout
@@ -207,16 +204,17 @@ class Worker:
                                        wl.rl.temperature, wl.seed)  # fmt: skip
         if "actor_train" in tasks:
             self.actor = Actor(actor_dir, wl.rl, wl.algorithm, wl.optimizer, wl.ppo_epochs, pad, wl.micro_batch, dev,
-                               self.parallel("actor_train"), self.zero("actor_train"), wl.recompute)  # fmt: skip
+                               self.parallel("actor_train"), self.zero("actor_train"), wl.recompute,
+                               wl.precision)  # fmt: skip
         if "reference" in tasks:
             ref_dir = self._model_dir("reference")
-            self.reference = Reference(ref_dir, pad, wl.micro_batch, dev, self.parallel("reference"))
+            self.reference = Reference(ref_dir, pad, wl.micro_batch, dev, self.parallel("reference"), wl.precision)
 
         def critic(task: str) -> Critic:
             train = task == "critic_train"
             return Critic(self._model_dir("critic"), wl.rl, wl.optimizer, wl.ppo_epochs, pad, wl.micro_batch, wl.seed,
                           dev, self.parallel(task), self.zero(task) if train else None,
-                          wl.recompute and train)  # fmt: skip
+                          wl.recompute and train, wl.precision, frozen=not train)  # fmt: skip
 
         if "critic_train" in tasks:
             self.critic = critic("critic_train")
@@ -227,7 +225,7 @@ class Worker:
                 self.reward = RuleReward(wl.reward_rule, self.tokenizer)
             else:
                 self.reward = RewardModel(self._model_dir("reward"), pad, wl.micro_batch, wl.seed, dev,
-                                          self.parallel("reward"))  # fmt: skip
+                                          self.parallel("reward"), wl.precision)  # fmt: skip
 
     def _offloads(self):
         """A sharding.Offload for each task of this rank whose placement says `offload`: what the cost model
@@ -293,6 +291,7 @@ class Worker:
             parallel=self.parallel("generation"),
             seed=wl.seed,
             max_model_len=wl.max_prompt_tokens + wl.max_response_tokens,
+            dtype=wl.precision,
         )
         return build_engine(self.manifest.engine, at)
 
@@ -399,7 +398,7 @@ class Worker:
         if self.critic_infer is not None:
             with timer.phase("critic_inference"), self.resident("critic_inference"):
                 record("values", *self._apply("critic_inference", rollouts, self.critic_infer.values))
-        if self.actor is not None:
+        if self.actor is not None and not self.actor.reuses_old_logprobs:
             with timer.phase("actor_train"):  # the old log-probs are part of the actor_train task
                 record("old_logp", *self._apply("actor_train", rollouts, self.actor.logprobs))
         with timer.phase("experience_transfer"):
@@ -422,7 +421,9 @@ class Worker:
         steps = max(len(r.response_ids) for r in rollouts)
         mask = pad_rows([[1.0] * len(r.response_ids) for r in rollouts], steps)
         scores = torch.tensor(exp["score"], dtype=torch.float32)
-        old, ref = pad_rows(exp["old_logp"], steps), pad_rows(exp["ref_logp"], steps)
+        ref = pad_rows(exp["ref_logp"], steps)
+        # one GRPO update per batch: the update's own forward gives the old log-probs (Actor.reuses_old_logprobs)
+        old = pad_rows(exp["old_logp"], steps) if "old_logp" in exp else None
         total_tokens = float(mask.sum())
         spec = ALGORITHMS[wl.algorithm]
         values = pad_rows(exp["values"], steps) if spec.critic else None
@@ -435,13 +436,14 @@ class Worker:
                 "reward_std": float(scores.std()) if len(scores) > 1 else 0.0,
                 "response_length_mean": sum(lengths) / len(lengths),
                 "response_tokens": sum(lengths),
-                "kl_ref_k3": float(alg.masked_mean(alg.kl_k3(old, ref), mask)),
             }
+            if old is not None:  # else merge_reports takes it from the update's KL sum (the same k3 of the same logp)
+                report["stats"]["kl_ref_k3"] = float(alg.masked_mean(alg.kl_k3(old, ref), mask))
         if self.actor is not None:
             lo, hi = self.layout.tasks["actor_train"].range_of(self.rank)
             with timer.phase("actor_train"), self.resident("actor_train"):
-                sums = self.actor.train_step(rollouts[lo:hi], advantages[lo:hi], old[lo:hi], ref[lo:hi], total_tokens,
-                                             self.dp("actor_train"))  # fmt: skip
+                sums = self.actor.train_step(rollouts[lo:hi], advantages[lo:hi], None if old is None else old[lo:hi],
+                                             ref[lo:hi], total_tokens, self.dp("actor_train"))  # fmt: skip
             if self.actor.shard.par.pos.output:  # one report per replica: its last stage, TP index 0
                 report["actor"] = sums
         if self.critic is not None:
@@ -470,8 +472,11 @@ class Worker:
             gathered = self.actor.named_weights()
             if self.manifest.verify_weights and self.leads("actor_train"):
                 from hetrl_cli.runtime.engines import checksum_named
+                from hetrl_cli.runtime.precision import torch_dtype
 
-                self.synced_checksum = checksum_named(gathered)  # what generation holds from now on
+                # the hf engine holds the weights in the workload's dtype (vllm's builder loads fp32)
+                dtype = torch_dtype(self.workload.precision if self.manifest.engine == "hf" else "fp32")
+                self.synced_checksum = checksum_named((n, t.to(dtype)) for n, t in gathered)  # what they hold now
         engine = self.generator.engine.update_weights if self.generator is not None else None
         self._sync("actor_train", "generation", self.actor, gathered, engine, wait)
 
@@ -595,6 +600,7 @@ def merge_reports(layout: Layout, step: int, reports: list[dict[str, Any]], step
     line["kl"] = sum(a["kl_sum"] for a in actor) / tokens
     line["clip_frac"] = sum(a["clipped_sum"] for a in actor) / tokens
     line["grad_norm"] = actor[0]["grad_norm"] if actor else 0.0
+    line.setdefault("kl_ref_k3", line["kl"])  # old log-probs taken from the update: its k3 sum is the same quantity
     critic = [rep["critic"] for rep in reports if "critic" in rep]
     if critic:
         line["vf_loss"] = sum(c["vf_loss_sum"] for c in critic) / (sum(c["vf_tokens"] for c in critic) or 1.0)
@@ -645,6 +651,9 @@ def main(argv: list[str] | None = None) -> int:
         if len(manifest.devices) != world:
             raise RuntimeError(f"launched with WORLD_SIZE={world} but the plan has {len(manifest.devices)} devices")
         prepare_models(run, plan)  # before torch.distributed: transformers saves only on rank 0 once it is up
+        from hetrl_cli.runtime.devices import worker_device
+
+        worker_device(manifest.backend, manifest.devices[rank])  # NCCL wants the rank's GPU set before it starts
         comm.init_world(manifest.backend, manifest.collective_timeout_s)
         Worker(run, plan, manifest, rank).run()
         run.log(rank, "done").write_text(now_iso() + "\n")

@@ -106,6 +106,8 @@ class EngineBuild:
     seed: int
     max_model_len: int
     """Longest prompt plus longest response of the workload."""
+    dtype: str = "fp32"
+    """The workload's precision: the engine holds its weights in it (bf16, fp16, fp32)."""
 
 
 @dataclass(frozen=True)

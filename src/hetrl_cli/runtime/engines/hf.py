@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def build(at: EngineBuild) -> HFEngine:
     """The registry's builder: on the rank's device, sharded like the rank's generation placement."""
-    return HFEngine(at.model_dir, device=at.device, parallel=at.parallel)
+    return HFEngine(at.model_dir, device=at.device, dtype=at.dtype, parallel=at.parallel)
 
 
 class _SeededGumbel:
