@@ -136,3 +136,14 @@ def test_many_hosts_summarised_per_type(uniform_plan) -> None:
     plan, profile = uniform_plan(8)
     assert digest_plan(plan, profile).group_devices["rollout"] == "32×A100 (a100-[0-3])"
     assert digest_plan(plan).group_devices["train"] == "32 devices (a100-[4-7])"
+
+
+def test_a_model_read_from_a_directory_is_named_by_it() -> None:
+    from hetrl_cli.artifacts.workload import ModelSpec, Workload
+    from hetrl_cli.render.digest import model_label, workload_line
+
+    assert model_label(ModelSpec(arch="qwen3-8b")) == "qwen3-8b"
+    assert model_label(ModelSpec(arch="hf", path="/models/Qwen3-8B")) == "hf:Qwen3-8B"
+    assert model_label(ModelSpec(arch="hf", config_path="/models/Llama-3.1-8B/config.json")) == "hf:Llama-3.1-8B"
+    line = workload_line(Workload(actor=ModelSpec(arch="hf", path="/models/Qwen3-8B")))
+    assert line.startswith("GRPO sync · actor hf:Qwen3-8B, reward rule:")

@@ -10,11 +10,12 @@ import re
 import string
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import PurePath
 
 from hetrl_cli.artifacts.plan import Plan, TaskPlan
 from hetrl_cli.artifacts.profile import ClusterProfile, Device
 from hetrl_cli.artifacts.rl import ALL_TASKS
-from hetrl_cli.artifacts.workload import Workload
+from hetrl_cli.artifacts.workload import ModelSpec, Workload
 
 IDLE = "·"
 """Marks a device no task of the plan runs on."""
@@ -208,14 +209,24 @@ def id_list(ids: list[str], limit: int = 6) -> str:
     return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
+def model_label(spec: ModelSpec) -> str:
+    """A built-in model by its name (`qwen3-8b`); a model read from a directory or config.json by that
+    directory's name (`hf:Qwen3-8B`), which says more than `hf`."""
+    if spec.arch != "hf":
+        return spec.arch
+    where = spec.path or (str(PurePath(spec.config_path).parent) if spec.config_path else None)
+    return f"hf:{PurePath(where).name}" if where else "hf"
+
+
 def workload_line(workload: Workload) -> str:
     """`PPO sync · actor qwen3-8b, critic qwen3-1.7b · 128×8 = 1024 samples · ≤1024+1024 tokens · bf16`."""
-    models = [f"actor {workload.actor.arch}"]
+    models = [f"actor {model_label(workload.actor)}"]
     if workload.critic is not None:
-        models.append(f"critic {workload.critic.arch}")
-    if workload.reference is not None and workload.reference.arch != workload.actor.arch:
-        models.append(f"reference {workload.reference.arch}")
-    models.append(f"reward {workload.reward.arch}" if workload.reward else f"reward rule:{workload.reward_rule}")
+        models.append(f"critic {model_label(workload.critic)}")
+    if workload.reference is not None and model_label(workload.reference) != model_label(workload.actor):
+        models.append(f"reference {model_label(workload.reference)}")
+    reward = model_label(workload.reward) if workload.reward else f"rule:{workload.reward_rule}"
+    models.append(f"reward {reward}")
     batch = f"{workload.prompts_per_step}×{workload.responses_per_prompt} = {workload.samples_per_step} samples"
     tokens = f"≤{workload.max_prompt_tokens}+{workload.max_response_tokens} tokens"
     return " · ".join(
