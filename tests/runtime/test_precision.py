@@ -403,7 +403,7 @@ def _peak_worker(rank: int, model_dir: str, out: str) -> None:
 @pytest.mark.slow
 def test_actor_train_peak_of_a_152k_vocabulary_stays_within_its_prediction(tiny_dir: Path, tmp_path: Path) -> None:
     """The cost model's actor_train memory for this workload bounds the measured process peak (RSS, libraries
-    included), and the phase adds under 1.5 GiB to what the process held before it: model states (~0.5 GB)
+    included), and the phase adds under 2 GiB to what the process held before it: gradients and Adam state (0.47 GB)
     and one chunk of logits at a time, where the full [16, 288, 152k] fp32 logits and their log-softmax copies
     took 10.3 GB."""
     from hetrl_cli.artifacts.profile import ClusterProfile
@@ -422,4 +422,4 @@ def test_actor_train_peak_of_a_152k_vocabulary_stays_within_its_prediction(tiny_
     device = "a100-0/0"
     predicted = CostModel(profile, workload).task(TaskPlacement("actor_train", (((device,),),))).memory_bytes[device]
     assert measured["peak"] <= predicted, (measured, predicted)
-    assert measured["peak"] - measured["start"] < 1.5 * 2**30, measured
+    assert measured["peak"] - measured["start"] < 2 * 2**30, measured  # measured: 1.39 GB
