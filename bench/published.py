@@ -1,0 +1,585 @@
+"""The cost model against published GPU measurements (issue 24, item 1).
+
+Each `Figure` below is one number a framework or a benchmark author published from a real run, with where it
+was read (URL, table, date) and the run's setting (model, GPUs, parallel layout, batch, lengths, precision).
+`predict` builds that setting with hetrl's own pieces — the profile from the datasheet catalog
+(profiling/catalog.py), a `Workload`, and a placement that matches the published layout — and scores it with
+`CostModel.task()` / `CostModel.evaluate()`, exactly as the planner would.
+
+The figures are split into a fit set and a check set, chosen before any fitting (`Figure.split` and its
+`why`). `fit_constants` then asks which values of a few cost-model constants the fit set implies and what the
+check set's error would be with them. That is analysis only: nothing here changes costmodel/constants.py (the
+constants are patched in memory for the duration of one prediction and restored).
+
+    .venv/bin/python bench/published.py                 # table + fit, writes bench/results/published.json
+    .venv/bin/python bench/published.py --no-fit --out -   # today's predictions only, JSON on stdout
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import statistics
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetrl_cli.artifacts.profile import ClusterProfile
+from hetrl_cli.artifacts.workload import LengthDistribution, ModelSpec, Workload
+from hetrl_cli.costmodel import constants as C
+from hetrl_cli.costmodel.model import CostModel
+from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
+from hetrl_cli.profiling.catalog import profile_from_cluster
+
+RESULTS = Path(__file__).resolve().parent / "results" / "published.json"
+
+HF_CONFIGS: dict[str, dict[str, Any]] = {
+    # Llama 2 shapes (meta-llama/Llama-2-{7b,13b}-hf config.json; the same values appear in the public code
+    # that copies them, which is where they were read): MHA (kv heads = heads), 32k vocabulary, untied head.
+    "llama-2-7b": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                   "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000,
+                   "model_type": "llama"},
+    "llama-2-13b": {"hidden_size": 5120, "intermediate_size": 13824, "num_hidden_layers": 40,
+                    "num_attention_heads": 40, "num_key_value_heads": 40, "vocab_size": 32000,
+                    "model_type": "llama"},
+}  # fmt: skip
+
+GPU_GENERATION = {"A100 80GB": "ampere", "A100 40GB": "ampere", "A10G": "ampere", "H100 SXM": "hopper"}
+"""Which matmul-efficiency factor of the fit a GPU type takes."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the published run did, in the terms hetrl's workload and placement take."""
+
+    model: str
+    """A built-in architecture (costmodel/architectures.py) or a key of HF_CONFIGS."""
+    gpu: str
+    """Catalog GPU type (hetrl_cli/data/gpus.yaml)."""
+    gpus_per_node: int
+    nodes: int
+    kind: str
+    """rl_step: a colocated GRPO step (generation, reference, actor_train, refit); train: pretraining
+    throughput (actor_train without its old-log-prob forward); decode: time per output token of
+    `concurrency` sequences on one engine; serve: an offline batch through one engine."""
+    tp: int = 1
+    pp: int = 1
+    gen_tp: int = 1
+    prompts: int = 1
+    responses: int = 1
+    prompt_tokens: int = 1
+    response_tokens: int = 1
+    mean_fraction: float = 1.0
+    p99_fraction: float = 1.0
+    micro_batch: int = 1
+    recompute: bool = False
+    sharding: str = "none"
+    precision: str = "bf16"
+    concurrency: int = 1
+    train_offload: bool = False
+    """actor_train's optimizer state goes to host memory while the other tasks run (TaskPlacement.offload)."""
+    inter_node: str = "3200Gbps"
+    """Per host pair and direction: 8 GPUs × 400 Gb/s InfiniBand NDR on a DGX H100-class node."""
+    assumptions: str = ""
+    """What the source does not state and this setting assumes."""
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One published, measured number and where it was read."""
+
+    key: str
+    source: str
+    """The independent source (project or author) it comes from."""
+    citation: str
+    """URL or repository path, the table or figure, and the date of the publication."""
+    quantity: str
+    """step_s | tokens_per_s_per_gpu | tpot_s | decode_tokens_per_s | tokens_per_s"""
+    published: float
+    setting: Setting
+    term: str
+    """What the figure measures: rl_step (a whole step), training, decode or generation."""
+    split: str
+    """fit or check, chosen before any fitting."""
+    why: str
+    """Why it is in its set."""
+
+
+# Dates are those of the publication (commit or post) the number was read from.
+NEMO_RL = "https://github.com/NVIDIA-NeMo/RL/blob/v0.5.0/docs/about/performance-summary.md"
+TORCHTITAN_A100 = "https://github.com/pytorch/torchtitan/blob/157a12c56/docs/performance.md"
+TORCHTITAN_H100 = "https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_h100_202412_torchtitan.md"
+NM_VLLM = "https://github.com/neuralmagic/nm-vllm/commit/c13b5c2db94204380ae246d968d6ace23eb6fcb4"
+YOBITEL = "https://yobitelcomm.github.io/bench/recipes/concurrency-sweep/"
+MUSGRAVE = "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on"
+
+_NEMO_NOTE = (
+    "OpenMathInstruct-2 prompt length not published: 256 tokens assumed; response mean = G-Average Seq len − 256; "
+    "sequence packing of 4,096 tokens a micro-batch ≈ 4 sequences (micro_batch 4); refit, log-probs, reference "
+    "and training all on the same 8-GPU DGX H100 nodes (colocated, the recipe's default); Megatron's "
+    "distributed optimizer (zero1), offloaded to host memory during generation (grpo_math_1B.yaml: 'colocated "
+    "generation will always offload optimizer')"
+)
+_TITAN_NOTE = "torch.compile off; selective op AC counted as no recomputation (it recomputes only cheap ops)"
+_YOBITEL_NOTE = (
+    "the 'chatbot-short' workload's lengths are not on the page: 256-token prompts and 256-token responses "
+    "assumed (TPOT barely depends on them at this scale); fp16 as published"
+)
+
+FIGURES: tuple[Figure, ...] = (
+    Figure(
+        "nemo-rl/llama3.1-8b/16xh100", "NeMo-RL",
+        f"{NEMO_RL} — 'NeMo RL v0.5, H100 BF16 Benchmarks' table, row GRPO LLAMA3.1_8B On policy (2026-01-20)",
+        "step_s", 92.8,
+        Setting("llama-3.1-8b", "H100 SXM", 8, 2, "rl_step", tp=1, pp=2, gen_tp=1, prompts=64, responses=32,
+                prompt_tokens=256, response_tokens=3840, mean_fraction=(1019 - 256) / 3840, micro_batch=4,
+                recompute=True, sharding="zero1", train_offload=True,
+                assumptions=_NEMO_NOTE + "; recipe grpo-llama3.1-8b-instruct-2n8g.yaml: PP2, "
+                "activation checkpointing, vLLM TP1"),
+        "rl_step", "fit", "the smaller of the two RL settings of this source (one model, PP2, 16 GPUs)",
+    ),
+    Figure(
+        "nemo-rl/qwen3-32b/32xh100", "NeMo-RL",
+        f"{NEMO_RL} — same table, row GRPO Qwen3-32B On policy (2026-01-20)",
+        "step_s", 376.0,
+        Setting("qwen3-32b", "H100 SXM", 8, 4, "rl_step", tp=4, pp=4, gen_tp=4, prompts=64, responses=32,
+                prompt_tokens=256, response_tokens=3840, mean_fraction=(3251 - 256) / 3840, micro_batch=1,
+                sharding="zero1", train_offload=True,
+                assumptions=_NEMO_NOTE.replace("≈ 4 sequences (micro_batch 4)", "≈ 1 sequence (micro_batch 1)")
+                + "; recipe grpo-qwen3-32b-4n8g.yaml: TP4 PP4 (DP2), vLLM TP4"),
+        "rl_step", "check", "a 4× larger model, TP4×PP4 and 4 nodes: the fit never sees this layout",
+    ),
+    Figure(
+        "torchtitan/llama3-8b/64xa100", "torchtitan",
+        f"{TORCHTITAN_A100} — 'LLaMa 3 performance numbers' table, 8B, selective op AC: 2973 WPS (2024-04-24)",
+        "tokens_per_s_per_gpu", 2973.0,
+        Setting("llama-3.1-8b", "A100 80GB", 8, 8, "train", prompts=64, prompt_tokens=1, response_tokens=8191,
+                sharding="zero3", inter_node="1600Gbps",
+                assumptions=_TITAN_NOTE + "; seq_len 8192 and local batch 1 from train_configs/llama3_8b.toml "
+                "at that commit; network not stated: 8 × 200 Gb/s HDR per node assumed"),
+        "training", "fit", "the A100 training anchor (one model, FSDP only)",
+    ),
+    Figure(
+        "torchtitan/llama3-70b/64xa100", "torchtitan",
+        f"{TORCHTITAN_A100} — same table, 70B, full AC: 331 WPS (2024-04-24)",
+        "tokens_per_s_per_gpu", 331.0,
+        Setting("llama-3.1-70b", "A100 80GB", 8, 8, "train", prompts=64, prompt_tokens=1, response_tokens=8191,
+                sharding="zero3", recompute=True, inter_node="1600Gbps",
+                assumptions="full AC = full recomputation; network as the 8B row"),
+        "training", "check", "another model size and full recomputation on the same GPUs",
+    ),
+    Figure(
+        "torchtitan/llama2-13b/64xa100", "torchtitan",
+        f"{TORCHTITAN_A100} — 'LLaMa 2 performance numbers' table, 13B, batch 2, no AC: 2162 WPS (2024-04-24)",
+        "tokens_per_s_per_gpu", 2162.0,
+        Setting("llama-2-13b", "A100 80GB", 8, 8, "train", prompts=128, prompt_tokens=1, response_tokens=4095,
+                micro_batch=2, sharding="zero3", inter_node="1600Gbps",
+                assumptions="Llama 2 sequence length 4096 (the page: half of Llama 3's); network as the 8B row"),
+        "training", "check", "an MHA model (no GQA) at another sequence length and micro-batch",
+    ),
+    Figure(
+        "torchtitan/llama3.1-8b/8xh100", "torchtitan",
+        f"{TORCHTITAN_H100} — Table 1, FSDP, no compile: 5,762 TPS/GPU (2024-12, file dated 2025-06-13)",
+        "tokens_per_s_per_gpu", 5762.0,
+        Setting("llama-3.1-8b", "H100 SXM", 8, 1, "train", prompts=16, prompt_tokens=1, response_tokens=8191,
+                micro_batch=2, sharding="zero3",
+                assumptions=_TITAN_NOTE + "; Grand Teton H100s are 96 GB HBM2e, 2.4 TB/s, capped at 500 W (the "
+                "catalog's H100 SXM is 80 GB HBM3, 3.35 TB/s, 700 W); seq_len 8192"),
+        "training", "fit", "the H100 training anchor (one node)",
+    ),
+    Figure(
+        "torchtitan/llama3.1-8b/128xh100", "torchtitan",
+        f"{TORCHTITAN_H100} — Table 3, FSDP, no compile: 5,605 TPS/GPU (2024-12, file dated 2025-06-13)",
+        "tokens_per_s_per_gpu", 5605.0,
+        Setting("llama-3.1-8b", "H100 SXM", 8, 16, "train", prompts=256, prompt_tokens=1, response_tokens=8191,
+                micro_batch=2, sharding="zero3",
+                assumptions="as the 8-GPU row; 400 Gb/s RDMA per GPU"),
+        "training", "check", "the same model over 16 nodes: the FSDP traffic across hosts is what changes",
+    ),
+    Figure(
+        "nm-vllm/llama2-7b/a10g", "nm-vllm CI",
+        f"{NM_VLLM} — github-action-benchmark comment, 'token_throughput', benchmark_throughput input 256, "
+        "output 128, 1000 prompts, vLLM 0.2.0, NVIDIA A10G x 1 (2024-03)",
+        "tokens_per_s", 1460.28,
+        Setting("llama-2-7b", "A10G", 1, 1, "serve", prompts=1000, prompt_tokens=256, response_tokens=128,
+                precision="fp16", inter_node="100Gbps",
+                assumptions="fp16 (benchmark_throughput's default dtype for Llama 2); token_throughput counts "
+                "prompt and output tokens (1460.28 = 3.803 req/s × 384)"),
+        "generation", "check", "a GPU the fit never sees (A10G, GDDR6) and an old engine",
+    ),
+    Figure(
+        "yobitel/llama3.1-8b/h100/c1", "Yobitel InferenceBench",
+        f"{YOBITEL} — sweep table, conc 1: tpot_p50_ms 6.48 (vLLM 0.21.0, H100-80GB-HBM3, 2026-05-16)",
+        "tpot_s", 6.48e-3,
+        Setting("llama-3.1-8b", "H100 SXM", 1, 1, "decode", prompt_tokens=256, response_tokens=256,
+                precision="fp16", concurrency=1, inter_node="100Gbps", assumptions=_YOBITEL_NOTE),
+        "decode", "fit", "the H100 decode anchor: one sequence, pure weight streaming",
+    ),
+    Figure(
+        "yobitel/llama3.1-8b/h100/c4", "Yobitel InferenceBench",
+        f"{YOBITEL} — sweep table, conc 4: tpot_p50_ms 6.59 (2026-05-16)",
+        "tpot_s", 6.59e-3,
+        Setting("llama-3.1-8b", "H100 SXM", 1, 1, "decode", prompt_tokens=256, response_tokens=256,
+                precision="fp16", concurrency=4, inter_node="100Gbps", assumptions=_YOBITEL_NOTE),
+        "decode", "check", "a batch of 4 on the same engine",
+    ),
+    Figure(
+        "yobitel/llama3.1-8b/h100/c16", "Yobitel InferenceBench",
+        f"{YOBITEL} — sweep table, conc 16: tpot_p50_ms 10.94 (2026-05-16)",
+        "tpot_s", 10.94e-3,
+        Setting("llama-3.1-8b", "H100 SXM", 1, 1, "decode", prompt_tokens=256, response_tokens=256,
+                precision="fp16", concurrency=16, inter_node="100Gbps",
+                assumptions=_YOBITEL_NOTE + "; at conc 16 requests arrive while others decode, so part of the "
+                "TPOT is prefill interleaved with decode steps"),
+        "decode", "check", "a batch of 16 (queueing and interleaved prefill included in the published TPOT)",
+    ),
+    Figure(
+        "musgrave/llama3.1-8b/a100-40gb/c1", "J. Musgrave (blog)",
+        f"{MUSGRAVE} — summary: 'decode at one request per time runs at about 75 tokens/sec' (vLLM 0.23.0, "
+        "A100 40GB, fixed 1024 in / 128 out, ignore-eos)",
+        "decode_tokens_per_s", 75.0,
+        Setting("llama-3.1-8b", "A100 40GB", 1, 1, "decode", prompt_tokens=1024, response_tokens=128,
+                concurrency=1, inter_node="100Gbps", assumptions="'about 75': the author's rounding"),
+        "decode", "fit", "the Ampere decode anchor",
+    ),
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building a setting with hetrl's pieces
+
+
+def cluster_profile(s: Setting) -> ClusterProfile:
+    """The setting's GPUs from the datasheet catalog, its nodes linked by `inter_node`."""
+    spec = {
+        "name": "published",
+        "node_groups": [{"gpu": s.gpu, "gpus_per_node": s.gpus_per_node, "nodes": s.nodes}],
+        "network": {"intra_region": {"bandwidth": s.inter_node, "latency": "5us"}},
+    }
+    return profile_from_cluster(spec, created_at="2026-01-01T00:00:00Z")
+
+
+def model_spec(name: str, config_dir: Path) -> ModelSpec:
+    """A built-in architecture, or an HF config.json written from HF_CONFIGS."""
+    if name not in HF_CONFIGS:
+        return ModelSpec(arch=name)
+    path = config_dir / f"{name}.json"
+    if not path.exists():
+        path.write_text(json.dumps(HF_CONFIGS[name]), encoding="utf-8")
+    return ModelSpec(arch="hf", config_path=str(path))
+
+
+def workload(s: Setting, config_dir: Path) -> Workload:
+    """GRPO for RL steps and training; PPO (which allows one response a prompt) for engine-only figures."""
+    actor = model_spec(s.model, config_dir)
+    engine_only = s.kind in ("decode", "serve")
+    prompts, responses = (s.concurrency if s.kind == "decode" else s.prompts), s.responses
+    if s.kind == "train":  # a global batch of `prompts` sequences as GRPO groups of two
+        prompts, responses = s.prompts // 2, 2
+    return Workload(
+        name="published",
+        algorithm="ppo" if engine_only else "grpo",
+        actor=actor,
+        critic=actor if engine_only else None,
+        prompts_per_step=prompts,
+        responses_per_prompt=1 if engine_only else responses,
+        max_prompt_tokens=s.prompt_tokens,
+        max_response_tokens=s.response_tokens,
+        response_length=LengthDistribution(mean_fraction=s.mean_fraction, p99_fraction=s.p99_fraction),
+        micro_batch=s.micro_batch,
+        precision=s.precision,
+        sharding=s.sharding,
+        recompute=s.recompute,
+    )
+
+
+def layout(task: str, devices: list[str], tp: int, pp: int, offload: bool = False) -> TaskPlacement:
+    """Replicas of `pp` stages of `tp` consecutive devices (TP inside a node, stages next to each other)."""
+    size = tp * pp
+    replicas = tuple(
+        tuple(tuple(devices[r * size + p * tp : r * size + (p + 1) * tp]) for p in range(pp))
+        for r in range(len(devices) // size)
+    )
+    return TaskPlacement(task=task, replicas=replicas, offload=offload)  # type: ignore[arg-type]
+
+
+def training_only_s(model: CostModel, terms: dict[str, float], total_s: float) -> float:
+    """actor_train without the old-log-prob forward the cost model charges it (forward.py `passes`): a
+    pretraining step is forward + backward + optimizer only."""
+    epochs = model.workload.ppo_epochs
+    p_compute, p_tp, p_p2p = model.forward.consts("actor_train").passes
+    extra = sum(terms.get(k, 0.0) for k in ("compute", "memory", "host", "bubble")) * (1 - epochs / p_compute)
+    extra += terms.get("tp_comm", 0.0) * (1 - epochs / p_tp) + terms.get("pp_p2p", 0.0) * (1 - epochs / p_p2p)
+    return total_s - extra
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Predicting one figure
+
+
+@dataclass
+class Prediction:
+    key: str
+    predicted: float
+    published: float
+    terms: dict[str, float] = field(default_factory=dict)
+    """Seconds per task (RL steps) or per term of the scored task."""
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def log_ratio(self) -> float:
+        return math.log(self.predicted / self.published)
+
+
+def _gen_time(model: CostModel, devices: list[str], tp: int) -> tuple[float, dict[str, float], str | None]:
+    est = model.task(layout("generation", devices[:tp], tp, 1))
+    return est.cost.total_s, dict(est.terms), est.violation
+
+
+def predict(fig: Figure, config_dir: Path, calibration: dict | None = None) -> Prediction:
+    """hetrl's prediction of `fig`'s quantity in its setting."""
+    s = fig.setting
+    profile = cluster_profile(s)
+    devices = [d.id for d in profile.devices]
+    w = workload(s, config_dir)
+    model = CostModel(profile, w, calibration)
+    if s.kind == "rl_step":
+        groups = [GroupPlacement("all", tuple(model.required_tasks), tuple(devices))]
+        places = [
+            layout(t, devices, s.gen_tp, 1)
+            if t == "generation"
+            else layout(t, devices, s.tp, s.pp, s.train_offload and t == "actor_train")
+            for t in model.required_tasks
+        ]
+        est = model.evaluate(groups, places)
+        terms = {t: e.cost.total_s for t, e in est.tasks.items()} | {"weight_sync": est.weight_sync_s}
+        return Prediction(fig.key, est.iteration_s, fig.published, terms, list(est.violations))
+    if s.kind == "train":
+        est = model.task(layout("actor_train", devices, s.tp, s.pp), ())
+        train_s = training_only_s(model, est.terms, est.cost.total_s)
+        tokens = model.step.n_samples * model.step.seq_mean
+        viol = [est.violation] if est.violation else []
+        return Prediction(fig.key, tokens / train_s / len(devices), fig.published, dict(est.terms), viol)
+    total, terms, violation = _gen_time(model, devices, s.gen_tp)
+    viol = [violation] if violation else []
+    if s.kind == "serve":
+        tokens = model.step.n_samples * model.step.seq_mean
+        return Prediction(fig.key, tokens / total, fig.published, terms, viol)
+    # decode: the time per output token is the slope of the engine's time in the response length
+    one = workload(s, config_dir).model_copy(update={"max_response_tokens": 1})
+    first, _, _ = _gen_time(CostModel(profile, one, calibration), devices, s.gen_tp)
+    tpot = (total - first) / (s.response_tokens - 1)
+    value = tpot if fig.quantity == "tpot_s" else 1.0 / tpot
+    return Prediction(fig.key, value, fig.published, terms, viol)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The constants a fit may move (analysis only: patched in memory, restored after each prediction)
+
+PRIORS: dict[str, float] = {
+    "HBM_EFFICIENCY": C.HBM_EFFICIENCY,
+    "MATMUL_EFFICIENCY_AMPERE": C.TRAIN_MATMUL_EFFICIENCY,
+    "MATMUL_EFFICIENCY_HOPPER": C.TRAIN_MATMUL_EFFICIENCY,
+    "EAGER_DISPATCH_S_PER_LAYER_TRAIN": C.EAGER_DISPATCH_S_PER_LAYER_TRAIN,
+    "COLOCATED_REFIT_S": 0.0,
+}
+"""Today's values. The matmul factor per generation scales TRAIN_ and INFERENCE_MATMUL_EFFICIENCY together;
+COLOCATED_REFIT_S is a fixed refit time added to the weight sync (calibration's task_overhead_s)."""
+BOUNDS: dict[str, tuple[float, float]] = {
+    "HBM_EFFICIENCY": (0.2, 1.0),
+    "MATMUL_EFFICIENCY_AMPERE": (0.2, 1.2),
+    "MATMUL_EFFICIENCY_HOPPER": (0.2, 1.2),
+    "EAGER_DISPATCH_S_PER_LAYER_TRAIN": (1e-5, 1e-2),
+    "COLOCATED_REFIT_S": (0.0, 30.0),
+}
+
+
+@contextlib.contextmanager
+def patched(values: dict[str, float], gpu: str) -> Iterator[dict]:
+    """The cost-model constants set to `values` for a setting on `gpu`; yields the calibration to pass."""
+    factor = values[f"MATMUL_EFFICIENCY_{GPU_GENERATION[gpu].upper()}"] / C.TRAIN_MATMUL_EFFICIENCY
+    saved = {
+        k: getattr(C, k)
+        for k in ("HBM_EFFICIENCY", "TRAIN_MATMUL_EFFICIENCY", "INFERENCE_MATMUL_EFFICIENCY",
+                  "EAGER_DISPATCH_S_PER_LAYER_TRAIN")
+    }  # fmt: skip
+    try:
+        C.HBM_EFFICIENCY = values["HBM_EFFICIENCY"]
+        C.TRAIN_MATMUL_EFFICIENCY = saved["TRAIN_MATMUL_EFFICIENCY"] * factor
+        C.INFERENCE_MATMUL_EFFICIENCY = saved["INFERENCE_MATMUL_EFFICIENCY"] * factor
+        C.EAGER_DISPATCH_S_PER_LAYER_TRAIN = values["EAGER_DISPATCH_S_PER_LAYER_TRAIN"]
+        refit = values["COLOCATED_REFIT_S"]
+        yield {"task_overhead_s": {"weight_sync": refit}} if refit else {}
+    finally:
+        for k, v in saved.items():
+            setattr(C, k, v)
+
+
+def predict_all(figures: tuple[Figure, ...], values: dict[str, float], config_dir: Path) -> list[Prediction]:
+    out = []
+    for fig in figures:
+        with patched(values, fig.setting.gpu) as calibration:
+            out.append(predict(fig, config_dir, calibration))
+    return out
+
+
+def _loss(preds: list[Prediction], values: dict[str, float], prior_weight: float) -> float:
+    """Σ ln(pred/pub)² plus a weak pull of the efficiencies towards today's values (they are priors with a
+    physical meaning: a fit that the data does not pin should not wander)."""
+    data = sum(p.log_ratio**2 for p in preds)
+    pull = sum(math.log(values[k] / PRIORS[k]) ** 2 for k in values if PRIORS[k] > 0)
+    return data + prior_weight * pull
+
+
+def fit_constants(
+    figures: tuple[Figure, ...], config_dir: Path, sweeps: int = 4, prior_weight: float = 0.01
+) -> dict[str, float]:
+    """Least squares on log ratios over the constants in PRIORS: coordinate descent, a golden-section search
+    per constant within BOUNDS (log-spaced for the multiplicative ones), `sweeps` passes."""
+    values = dict(PRIORS)
+    fit = tuple(f for f in figures if f.split == "fit")
+
+    def loss_at(name: str, x: float) -> float:
+        trial = values | {name: x}
+        return _loss(predict_all(fit, trial, config_dir), trial, prior_weight)
+
+    for _ in range(sweeps):
+        for name, (lo, hi) in BOUNDS.items():
+            values[name] = _golden(lambda x, n=name: loss_at(n, x), lo, hi, log=name != "COLOCATED_REFIT_S")
+    return values
+
+
+def _golden(f, lo: float, hi: float, log: bool, iters: int = 24) -> float:
+    """Minimise a one-dimensional function on [lo, hi] (in log space when `log`)."""
+    to = (lambda v: math.log(v)) if log else (lambda v: v)
+    back = (lambda v: math.exp(v)) if log else (lambda v: v)
+    a, b = to(lo), to(hi)
+    g = (math.sqrt(5) - 1) / 2
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(back(c)), f(back(d))
+    for _ in range(iters):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(back(c))
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(back(d))
+    return back((a + b) / 2)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reporting
+
+
+def summary(figures: tuple[Figure, ...], preds: list[Prediction]) -> dict[str, Any]:
+    """Median and max |ln(pred/pub)| per set and per term."""
+    out: dict[str, Any] = {}
+    by = {p.key: p for p in preds}
+    for label, pick in (("fit", lambda f: f.split == "fit"), ("check", lambda f: f.split == "check")):
+        errs = [abs(by[f.key].log_ratio) for f in figures if pick(f)]
+        out[label] = {"n": len(errs), "median_abs_ln": statistics.median(errs), "max_abs_ln": max(errs)}
+    for term in sorted({f.term for f in figures}):
+        errs = [abs(by[f.key].log_ratio) for f in figures if f.term == term]
+        out[f"term:{term}"] = {"n": len(errs), "median_abs_ln": statistics.median(errs), "max_abs_ln": max(errs)}
+    return out
+
+
+def table(figures: tuple[Figure, ...], preds: list[Prediction], title: str) -> str:
+    """A markdown table of one set of predictions."""
+    by = {p.key: p for p in preds}
+    lines = [f"**{title}**", "", "| figure | set | term | published | predicted | pred/pub | abs ln |",
+             "|---|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for f in figures:
+        p = by[f.key]
+        lines.append(
+            f"| {f.key} | {f.split} | {f.term} | {_fmt(f.published, f.quantity)} | {_fmt(p.predicted, f.quantity)} "
+            f"| {p.predicted / p.published:.2f} | {abs(p.log_ratio):.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def _fmt(value: float, quantity: str) -> str:
+    if quantity == "tpot_s":
+        return f"{value * 1e3:.2f} ms/token"
+    if quantity == "step_s":
+        return f"{value:.1f} s/step"
+    unit = {"tokens_per_s_per_gpu": "tok/s/GPU", "tokens_per_s": "tok/s", "decode_tokens_per_s": "tok/s"}[quantity]
+    return f"{value:,.0f} {unit}"
+
+
+def run(fit: bool) -> dict[str, Any]:
+    """Today's predictions of every figure and, with `fit`, the constants the fit set implies."""
+    with tempfile.TemporaryDirectory(prefix="hetrl-published-") as tmp:
+        config_dir = Path(tmp)
+        today = predict_all(FIGURES, PRIORS, config_dir)
+        result: dict[str, Any] = {
+            "figures": [asdict(f) for f in FIGURES],
+            "today": {"predictions": [_pred_json(p) for p in today], "summary": summary(FIGURES, today)},
+        }
+        if fit:
+            values = fit_constants(FIGURES, config_dir)
+            fitted = predict_all(FIGURES, values, config_dir)
+            result["proposal"] = {
+                "constants": values,
+                "priors": PRIORS,
+                "predictions": [_pred_json(p) for p in fitted],
+                "summary": summary(FIGURES, fitted),
+            }
+    return result
+
+
+def _pred_json(p: Prediction) -> dict[str, Any]:
+    return {"key": p.key, "predicted": p.predicted, "published": p.published, "ratio": p.predicted / p.published,
+            "abs_ln": abs(p.log_ratio), "terms": p.terms, "violations": p.violations}  # fmt: skip
+
+
+def report(result: dict[str, Any]) -> str:
+    """The tables and the proposal as markdown (what docs/benchmarks.md carries)."""
+
+    def preds(block: dict) -> list[Prediction]:
+        return [Prediction(d["key"], d["predicted"], d["published"]) for d in block["predictions"]]
+
+    parts = [table(FIGURES, preds(result["today"]), "Today's constants"), "", _summary_md(result["today"])]
+    if "proposal" in result:
+        prop = result["proposal"]
+        parts += ["", table(FIGURES, preds(prop), "With the fitted constants"), "", _summary_md(prop), "",
+                  "| constant | today | fit |", "|---|---:|---:|"]  # fmt: skip
+        parts += [f"| {k} | {prop['priors'][k]:.4g} | {v:.4g} |" for k, v in prop["constants"].items()]
+    return "\n".join(parts)
+
+
+def _summary_md(block: dict) -> str:
+    rows = [f"- {k}: n={v['n']}, median |ln| {v['median_abs_ln']:.3f}, max {v['max_abs_ln']:.3f}"
+            for k, v in block["summary"].items()]  # fmt: skip
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-fit", action="store_true", help="today's predictions only")
+    parser.add_argument("--out", default=str(RESULTS), help="JSON results path ('-' for stdout)")
+    args = parser.parse_args(argv)
+    result = run(fit=not args.no_fit)
+    text = json.dumps(result, indent=1, sort_keys=True)
+    if args.out == "-":
+        print(text)
+    else:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+        print(report(result))
+        print(f"\nwrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
