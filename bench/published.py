@@ -245,7 +245,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "musgrave/llama3.1-8b/a100-40gb/c1", "J. Musgrave (blog)",
         f"{MUSGRAVE} — summary: 'decode at one request per time runs at about 75 tokens/sec' (vLLM 0.23.0, "
-        "A100 40GB, fixed 1024 in / 128 out, ignore-eos)",
+        "A100 40GB, fixed 1024 in / 128 out, ignore-eos; the post shows no date: read 2026-12-05)",
         "decode_tokens_per_s", 75.0,
         Setting("llama-3.1-8b", "A100 40GB", 1, 1, "decode", prompt_tokens=1024, response_tokens=128,
                 concurrency=1, inter_node="100Gbps", assumptions="'about 75': the author's rounding"),
@@ -387,6 +387,7 @@ def predict(fig: Figure, config_dir: Path, calibration: dict | None = None) -> P
 
 PRIORS: dict[str, float] = {
     "HBM_EFFICIENCY": C.HBM_EFFICIENCY,
+    "DECODE_MFU": C.DECODE_MFU,
     "MATMUL_EFFICIENCY_AMPERE": C.TRAIN_MATMUL_EFFICIENCY,
     "MATMUL_EFFICIENCY_HOPPER": C.TRAIN_MATMUL_EFFICIENCY,
     "EAGER_DISPATCH_S_PER_LAYER_TRAIN": C.EAGER_DISPATCH_S_PER_LAYER_TRAIN,
@@ -396,6 +397,7 @@ PRIORS: dict[str, float] = {
 COLOCATED_REFIT_S is a fixed refit time added to the weight sync (calibration's task_overhead_s)."""
 BOUNDS: dict[str, tuple[float, float]] = {
     "HBM_EFFICIENCY": (0.2, 1.0),
+    "DECODE_MFU": (0.05, 1.0),
     "MATMUL_EFFICIENCY_AMPERE": (0.2, 1.2),
     "MATMUL_EFFICIENCY_HOPPER": (0.2, 1.2),
     "EAGER_DISPATCH_S_PER_LAYER_TRAIN": (1e-5, 1e-2),
@@ -409,11 +411,12 @@ def patched(values: dict[str, float], gpu: str) -> Iterator[dict]:
     factor = values[f"MATMUL_EFFICIENCY_{GPU_GENERATION[gpu].upper()}"] / C.TRAIN_MATMUL_EFFICIENCY
     saved = {
         k: getattr(C, k)
-        for k in ("HBM_EFFICIENCY", "TRAIN_MATMUL_EFFICIENCY", "INFERENCE_MATMUL_EFFICIENCY",
+        for k in ("HBM_EFFICIENCY", "DECODE_MFU", "TRAIN_MATMUL_EFFICIENCY", "INFERENCE_MATMUL_EFFICIENCY",
                   "EAGER_DISPATCH_S_PER_LAYER_TRAIN")
     }  # fmt: skip
     try:
         C.HBM_EFFICIENCY = values["HBM_EFFICIENCY"]
+        C.DECODE_MFU = values["DECODE_MFU"]
         C.TRAIN_MATMUL_EFFICIENCY = saved["TRAIN_MATMUL_EFFICIENCY"] * factor
         C.INFERENCE_MATMUL_EFFICIENCY = saved["INFERENCE_MATMUL_EFFICIENCY"] * factor
         C.EAGER_DISPATCH_S_PER_LAYER_TRAIN = values["EAGER_DISPATCH_S_PER_LAYER_TRAIN"]
@@ -432,11 +435,16 @@ def predict_all(figures: tuple[Figure, ...], values: dict[str, float], config_di
     return out
 
 
+REFIT_SCALE_S = 10.0
+"""The refit's pull: a colocated refit of seconds, not minutes, unless the data insists."""
+
+
 def _loss(preds: list[Prediction], values: dict[str, float], prior_weight: float) -> float:
     """Σ ln(pred/pub)² plus a weak pull of the efficiencies towards today's values (they are priors with a
     physical meaning: a fit that the data does not pin should not wander)."""
     data = sum(p.log_ratio**2 for p in preds)
     pull = sum(math.log(values[k] / PRIORS[k]) ** 2 for k in values if PRIORS[k] > 0)
+    pull += (values["COLOCATED_REFIT_S"] / REFIT_SCALE_S) ** 2
     return data + prior_weight * pull
 
 
