@@ -33,6 +33,11 @@ CALLS_PER_OPTION = 15
 """Rough task() calls per (group, pool) option (layouts tried + exact re-scoring)."""
 FINISH_SHARE = 0.01
 """Share of the budget kept for re-scoring the answer and building the Plan after the solver stops."""
+ILP_HYBRID_SHARE = 0.2
+"""Share of the budget the ILP's solver gives the hybrid search for its starting plan (its first cutoff)..."""
+ILP_HYBRID_EVALS = 256
+"""...and at most this many evaluations of it (without --max-evals), so an ILP that proves optimality in
+seconds is not made to wait for the share."""
 FALLBACK_MIN_S = 1.0
 """The hybrid fallback of an ILP that gave no plan gets at least this long, even past the budget."""
 
@@ -103,7 +108,7 @@ def _solve(tables, solver: str, budget: Budget, seed: int, report, leaves: LeafO
     if solver in baselines.BASELINES:
         base = baselines.BASELINES[solver](tables)
         if base is None:
-            raise Infeasible(f"the {solver} baseline finds no layout that fits: {explain_infeasible(tables)}")
+            raise Infeasible(f"the {solver} baseline finds no layout that fits: {baselines.failure(tables, solver)}")
         stats = SolverStats(
             solver=solver,
             status="heuristic",
@@ -147,17 +152,26 @@ def choose_solver(tables, budget: Budget) -> tuple[str, str]:
 
 
 def run_ilp(tables, budget: Budget, seed: int, bases, report, leaves: LeafOptions | None = None) -> Outcome:
-    """The ILP within `budget`; when it gives no plan (space too large, no incumbent in time), the hybrid
-    search for what is left (at least FALLBACK_MIN_S). `leaves`: another MILP solver, leaf model files."""
+    """The ILP within `budget`, started from the hybrid's plan (ILP_HYBRID_SHARE of the budget, never worse
+    than the baselines) as its incumbent, so it returns a plan at least as good under any budget. When the
+    ILP gives no plan of its own (space too large, no incumbent in time), the hybrid search for what is left
+    (at least FALLBACK_MIN_S), the better of both returned. `leaves`: another MILP solver, leaf model files."""
     from hetrl_cli.planner.ilp import realise, solve_ilp
     from hetrl_cli.planner.ilp_pyomo import LeafOptions
 
     leaves = leaves or LeafOptions()
-    result, space, note = solve_ilp(tables, budget, progress=report, leaf_solver=leaves.leaf_solver())
+    first = _incumbent(tables, budget.first(ILP_HYBRID_SHARE), seed, bases, report)
+    known = first.stats.objective if first is not None else None
+    result, space, note = solve_ilp(tables, budget, progress=report, leaf_solver=leaves.leaf_solver(), incumbent=known)
     note += leaves.finish(tables, space)
+    proven = first is not None and result.status in ("optimal", "feasible")
+    if proven and (result.options is None or result.objective > known * (1 + 1e-9)):  # a MIP gap above it
+        return _incumbent_outcome(first, result, note)
     if result.options is None:
         why = {"toolarge": note, "nosolution": "no incumbent within the time limit"}.get(result.status, result.status)
         fallback = run_hybrid(tables, budget.at_least(FALLBACK_MIN_S), seed, bases, report)
+        if first is not None and first.stats.objective < fallback.stats.objective:
+            fallback = first
         fallback.stats.note = f"ILP gave no plan ({why}): fell back to the hybrid result; {fallback.stats.note}"
         return fallback
     options = realise(tables, result.grouping, result.pools, result.options)
@@ -177,6 +191,37 @@ def run_ilp(tables, budget: Budget, seed: int, bases, report, leaves: LeafOption
     return Outcome(tables.groups(result.grouping, options), tables.placements(options), stats)
 
 
+def _incumbent(tables, budget: Budget, seed: int, bases, report) -> Outcome | None:
+    """The ILP's starting plan: the hybrid's within `budget` (at most ILP_HYBRID_EVALS evaluations unless
+    --max-evals says how many), or the better baseline's; None if neither."""
+    if budget.max_evals is None:
+        budget.cap = ILP_HYBRID_EVALS
+    try:
+        outcome = run_hybrid(tables, budget, seed, bases, report)
+    except Infeasible:
+        return None
+    return _not_worse_than(outcome, bases)
+
+
+def _incumbent_outcome(first: Outcome, result, note: str) -> Outcome:
+    """The incumbent returned by the ILP: nothing in its space beats it (status optimal where that is proven,
+    with the ILP's bound and gap)."""
+    objective = first.stats.objective
+    bound = None if result.bound is None else min(result.bound, objective)
+    gap = None if bound is None or not objective else max(0.0, (objective - bound) / objective)
+    stats = SolverStats(
+        solver="ilp",
+        status=result.status,
+        objective=objective,
+        bound=bound,
+        gap=0.0 if result.status == "optimal" else gap,
+        seconds=result.seconds,
+        evaluations=first.stats.evaluations,
+        note=f"{note}; started from the hybrid's plan (or a baseline's): the ILP found none better",
+    )
+    return Outcome(first.groups, first.placements, stats)
+
+
 def run_hybrid(tables, budget: Budget, seed: int, bases, report) -> Outcome:
     """The hybrid search within `budget` (its evaluations, else its seconds), seeded with the baselines' plans."""
     from hetrl_cli.planner.hybrid import Hybrid, genome_of
@@ -185,8 +230,21 @@ def run_hybrid(tables, budget: Budget, seed: int, bases, report) -> Outcome:
     seeds = [(tuple(g.tasks for g in b.groups), genome_of(search, [g.devices for g in b.groups])) for b in bases]
     budget = budget.for_search()  # after building the search: that is spent time too
     result = search.run(budget, seeds, progress=lambda text, _f: report(text))
+    if result.options is None and bases:  # the baselines' plans are candidates too, also where no genome holds them
+        best = min(bases, key=lambda b: b.iteration_s)
+        note = f"the search found no plan in {result.evaluations} evaluations; the {best.name} baseline's plan"
+        stats = SolverStats(
+            solver="hybrid",
+            status="heuristic",
+            objective=best.iteration_s,
+            seconds=result.seconds,
+            evaluations=result.evaluations,
+            seed=seed,
+            note=note,
+        )
+        return Outcome(best.groups, best.placements, stats)
     if result.options is None:
-        raise Infeasible(f"the hybrid search found no plan that fits: {explain_infeasible(tables)}")
+        raise Infeasible(f"the hybrid search found no plan that fits: {explain_infeasible(tables, result.evaluations)}")
     stats = SolverStats(
         solver="hybrid",
         status="heuristic",
@@ -276,18 +334,27 @@ def explain_task(tables, task, devices) -> str:
     if equivalents > len(devices):
         return f"{task} of {spec.arch} needs ≥ {equivalents} {label}-equivalents of memory; {where}"
     est = tables.cm.task(TaskPlacement(task, (((big.id,),),)))
-    return f"no TP/PP layout of {task} ({spec.arch}) fits on the {len(devices)} devices (one device: {est.violation})"
+    where = f"no TP/PP layout of {task} ({spec.arch}) fits on the {len(devices)} devices"
+    if est.violation is None:
+        return f"{where} together (one {label} alone holds it: plan it on fewer, alike devices)"
+    return f"{where} (one {label}: {est.violation})"
 
 
-def explain_infeasible(tables) -> str:
-    """Why nothing fits: the first task that fits nowhere, else the all-colocated plan's first violation."""
+def explain_infeasible(tables, evaluations: int | None = None) -> str:
+    """Why a search found nothing: the first task that fits nowhere (check_feasible's cause), else that no
+    grouping fitted within the evaluations the search had."""
     from hetrl_cli.planner.baselines import ordered_devices
 
     devices = ordered_devices(tables)
+    pools = [devices, *(tuple(host) for c in tables.classes for host in c.devices)]
     for task in tables.tasks:
-        if not tables.alone(task, devices):
+        if not any(tables.alone(task, pool) for pool in pools):
             return explain_task(tables, task, devices)
-    return "every task fits alone, but no grouping of them fits together; add devices or shorten sequences"
+    tried = f" in {evaluations} evaluations" if evaluations else ""
+    return (
+        f"every task fits on some of the devices, but no grouping of them fitted together{tried}; "
+        "raise --budget or --max-evals, add devices or shorten sequences"
+    )
 
 
 @contextmanager

@@ -7,6 +7,10 @@
   possible (whole device types per side); the split is the best by the cost model among the type-wise
   splits (every non-empty proper subset of types for generation; with one type, 1/4, 1/2, 3/4 of the
   hosts). Same homogeneous sizing and uniform shares inside each group.
+
+On hosts with uneven GPU counts (a 3-GPU host beside 4- and 8-GPU ones) both do what a user of those systems
+does: where the whole device set has no uniform layout, each group runs on the largest uniform subset that
+fits (the same number of GPUs taken from every host that has that many; the odd devices left idle).
 """
 
 from __future__ import annotations
@@ -91,20 +95,70 @@ def size_group(tables: Tables, tasks: tuple[TaskName, ...], devices: tuple[str, 
     return None
 
 
+def uniform_subsets(tables: Tables, devices: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """`devices`, then its uniform subsets largest first: of all of them and of each GPU type's, for each
+    per-host count c the first c devices of every host holding at least c (what a verl or StreamRL user
+    configures on uneven hosts: the odd devices idle)."""
+    by_type: dict[str, list[str]] = {}
+    for d in devices:
+        by_type.setdefault(tables.spec_of[d][0], []).append(d)
+    subsets: list[tuple[str, ...]] = []
+    for pool in [list(devices), *by_type.values()]:
+        per_host: dict[str, list[str]] = {}
+        for d in pool:
+            per_host.setdefault(tables.host_of[d], []).append(d)
+        for c in {len(v) for v in per_host.values()}:
+            subsets.append(tuple(d for v in per_host.values() if len(v) >= c for d in v[:c]))
+    subsets.sort(key=lambda s: -len(s))
+    return list(dict.fromkeys([devices, *subsets]))
+
+
+def why_not(tables: Tables, tasks: tuple[TaskName, ...], devices: tuple[str, ...]) -> str:
+    """Why no uniform subset of `devices` holds `tasks` together: the first task without a layout that fits
+    next to its group mates, with the violation of its largest layout on the largest subset."""
+    subset = devices
+    for subset in uniform_subsets(tables, devices):
+        if all(homogeneous_layouts(tables, t, subset) for t in tasks):
+            break
+    for t in tasks:
+        others = tuple(u for u in tasks if u != t)
+        options = homogeneous_layouts(tables, t, subset)
+        if not options:
+            return f"{t} has no uniform TP/PP layout on the {len(subset)} devices"
+        violation = tables.cm.task(options[-1], others).violation
+        if violation:
+            return violation
+    return f"{', '.join(tasks)} fit one by one but not together on the {len(subset)} devices"
+
+
+def size_largest(
+    tables: Tables, tasks: tuple[TaskName, ...], devices: tuple[str, ...]
+) -> tuple[tuple[str, ...], list[TaskPlacement]] | None:
+    """The group on `devices`, else on its largest uniform subset that fits (`uniform_subsets`)."""
+    for subset in uniform_subsets(tables, devices):
+        sized = size_group(tables, tasks, subset)
+        if sized is not None:
+            return subset, sized
+    return None
+
+
 def _score(tables: Tables, name: str, grouping, device_sets) -> BaselinePlan | None:
-    groups, placements = [], []
+    groups, placements, idle = [], [], 0
     for tasks, devices in zip(grouping, device_sets, strict=True):
         if not devices:
             return None
-        sized = size_group(tables, tasks, devices)
-        if sized is None:
+        found = size_largest(tables, tasks, devices)
+        if found is None:
             return None
-        groups.append(GroupPlacement(group_name(tasks), tasks, devices))
+        used, sized = found
+        idle += len(devices) - len(used)
+        groups.append(GroupPlacement(group_name(tasks), tasks, used))
         placements.extend(sized)
     estimate = tables.cm.evaluate(groups, placements)
     if not estimate.feasible:
         return None
-    return BaselinePlan(name, groups, placements, estimate)
+    note = f"largest uniform subsets: {idle} devices left idle" if idle else ""
+    return BaselinePlan(name, groups, placements, estimate, note)
 
 
 def verl(tables: Tables) -> BaselinePlan | None:
@@ -143,9 +197,25 @@ def streamrl(tables: Tables) -> BaselinePlan | None:
     for gen, other, label in dict.fromkeys(splits):
         plan = _score(tables, "streamrl", [("generation",), rest], [gen, other])
         if plan is not None and (best is None or plan.iteration_s < best.iteration_s):
-            plan.note = label
+            plan.note = f"{label}; {plan.note}" if plan.note else label
             best = plan
     return best
+
+
+def failure(tables: Tables, name: str) -> str:
+    """The real reason baseline `name` has no plan (for its exit-3 message)."""
+    devices = ordered_devices(tables)
+    if name == "verl":
+        return f"every task on one group: {why_not(tables, tables.tasks, devices)}"
+    rest = tuple(t for t in tables.tasks if t != "generation")
+    if not rest:
+        return "the workload has no task besides generation to put on a second group"
+    if len(devices) < 2:
+        return "generation and the other tasks need two groups, and the cluster has one device"
+    return (
+        "no split of the device types (or hosts) holds generation on one side and "
+        f"{', '.join(rest)} on the other; on all devices: {why_not(tables, ('generation',), devices)}"
+    )
 
 
 BASELINES = {"verl": verl, "streamrl": streamrl}

@@ -58,6 +58,13 @@ REBALANCE = 0.5
 SCREEN_ARMS = 8
 """Screened: the first cycle runs the best this-many groupings (by the screen's rank); each later
 cycle doubles the number and the splits per grouping, so every arm is reached again (anytime)."""
+FIRST_STAGE_EVALS = 64
+"""Anytime: the search runs in stages of doubling size (this many evaluations first, under --max-evals),
+each a whole search seeded with every earlier incumbent; a stage sizes its shares by its own nominal size and
+the last one is cut where the budget ends, so a larger budget runs a longer prefix of the same steps and its
+plan is never worse."""
+FIRST_STAGE_S = 0.5
+"""The first stage's nominal seconds under a wall-clock budget (then 1, 2, 4 s, ...)."""
 
 
 @dataclass
@@ -86,6 +93,8 @@ class HybridResult:
     seconds: float
     rounds: int
     note: str = ""
+    genome: tuple[int, ...] = ()
+    """The plan's genome (seeds the next stage)."""
 
 
 @dataclass
@@ -124,6 +133,8 @@ class Hybrid:
         self.blocks = _blocks(self.classes)
         self.n_devices = sum(b.size for b in self.blocks)
         self._work: dict[TaskName, float] | None = None
+        self._scored: dict[tuple[tuple[Subset, ...], tuple[int, ...]], Candidate] = {}
+        """Every genome scored so far: a later stage meets it again without scoring it again."""
 
     # --- genomes -> plans ----------------------------------------------------------------------
 
@@ -144,9 +155,15 @@ class Hybrid:
         return tuple(actual), tuple(canonical)
 
     def evaluate(self, grouping: tuple[Subset, ...], genome: Sequence[int], budget: Budget) -> Candidate:
+        budget.count()  # a genome met again is counted too (the budget ends every search), only not re-scored
+        key = (grouping, tuple(genome))
+        if key not in self._scored:
+            self._scored[key] = self._score(grouping, genome)
+        return self._scored[key]
+
+    def _score(self, grouping: tuple[Subset, ...], genome: Sequence[int]) -> Candidate:
         from hetrl_cli.planner.ilp import relabel
 
-        budget.count()
         options = []
         for g, subset in enumerate(grouping):
             actual, canonical = self.devices_of(genome, g)
@@ -366,18 +383,49 @@ class Hybrid:
         seeds: Sequence[tuple[tuple[Subset, ...], list[int]]] = (),
         progress: Callable[[str, float], None] | None = None,
     ) -> HybridResult:
-        """The search (module docstring): each grouping's arms, the screen's plans in its first arm, the seeds
-        (baseline plans) scored, then successive-halving cycles until the budget is spent."""
+        """The anytime search: stages of doubling nominal size (FIRST_STAGE_EVALS, FIRST_STAGE_S), each a whole
+        search (`_stage`) seeded with `seeds` (the baselines' plans) and the incumbent so far, the last one cut
+        where `budget` ends; the best plan of all stages."""
         start = time.monotonic()
-        run = _Run(groupings(self.tables.tasks), budget, random.Random(self.seed))
+        best: HybridResult | None = None
+        evals = rounds = 0
+        for k in itertools.count():
+            stage = _stage_budget(budget, k, evals)
+            carried = list(seeds)
+            if best is not None and best.grouping is not None:
+                carried.append((best.grouping, list(best.genome)))
+            found = self._stage(stage, carried, progress, self.seed + 7919 * k)
+            evals += stage.evals
+            rounds += found.rounds
+            if found.options is not None and (best is None or found.score < best.score - 1e-12):
+                best = found
+            if stage is budget or stage.evals == 0 or _outer_spent(budget, evals):
+                break
+        seconds = time.monotonic() - start
+        if best is None:
+            return HybridResult(None, None, math.inf, evals, seconds, rounds)
+        return HybridResult(best.grouping, best.options, best.score, evals, seconds, rounds, genome=best.genome)
+
+    def _stage(
+        self,
+        budget: Budget,
+        seeds: Sequence[tuple[tuple[Subset, ...], list[int]]],
+        progress: Callable[[str, float], None] | None,
+        seed: int,
+    ) -> HybridResult:
+        """One whole search (module docstring): the seeds scored first (they are candidates whatever the
+        budget), each grouping's arms, the screen's plans in its first arm, then successive-halving cycles
+        until the budget is spent."""
+        start = time.monotonic()
+        run = _Run(groupings(self.tables.tasks), budget, random.Random(seed))
+        scored = [(grouping, self.evaluate(grouping, genome, budget)) for grouping, genome in seeds]
         self._first_arms(run)
         run.screened = self.screen(run.groupings, budget)
         self._screened_arms(run)
-        for grouping, genome in seeds:
+        for grouping, cand in scored:
             gi = run.groupings.index(grouping)
-            cand = self.evaluate(grouping, genome, budget)
             if gi not in run.arms:
-                run.arms[gi] = [Arm(self.counts(genome, len(grouping)), rng=run.child_rng())]
+                run.arms[gi] = [Arm(self.counts(cand.genome, len(grouping)), rng=run.child_rng())]
             run.arms[gi][0].population.append(cand)
             run.consider(gi, cand)
         while not budget.spent():  # one successive-halving cycle after another (budgets doubling per cycle)
@@ -386,7 +434,9 @@ class Hybrid:
         if run.best is None:
             return HybridResult(None, None, math.inf, budget.evals, seconds, run.rounds)
         score, gi, cand = run.best
-        return HybridResult(run.groupings[gi], cand.options, score, budget.evals, seconds, run.rounds)
+        return HybridResult(
+            run.groupings[gi], cand.options, score, budget.evals, seconds, run.rounds, genome=cand.genome
+        )
 
     def _first_arms(self, run: _Run) -> None:
         """Each grouping's splits as arms; first, where there are any, its whole-class constructive genomes."""
@@ -482,6 +532,28 @@ class Hybrid:
             cand = admit(self.evaluate(grouping, child, budget))
             if cand.score < arm.population[-1].score:
                 arm.population[-1] = cand
+
+
+def _stage_budget(outer: Budget, k: int, used: int) -> Budget:
+    """Stage k's budget: FIRST_STAGE_EVALS·2^k evaluations capped at what `outer` has left (`used` spent), or
+    FIRST_STAGE_S·2^k seconds ending no later than `outer`; `outer` itself when it is unbounded."""
+    caps = [c - used for c in (outer.max_evals, outer.cap) if c is not None]
+    if outer.max_evals is not None:
+        stage = Budget(None, FIRST_STAGE_EVALS * 2**k)
+    elif outer.deadline is None:
+        return outer
+    else:
+        stage = Budget(FIRST_STAGE_S * 2**k, None)
+        assert stage.deadline is not None
+        stage.deadline = min(stage.deadline, outer.deadline)
+    stage.cap = max(0, min(caps)) if caps else None
+    return stage
+
+
+def _outer_spent(outer: Budget, used: int) -> bool:
+    if any(c is not None and used >= c for c in (outer.max_evals, outer.cap)):
+        return True
+    return outer.max_evals is None and outer.deadline is not None and time.monotonic() >= outer.deadline
 
 
 def _blocks(classes: Sequence[DeviceClass]) -> list[Block]:

@@ -35,6 +35,9 @@ TABLES_SHARE = 0.6
 """Share of the ILP's budget within which its tables are built (the MILPs get the rest)."""
 MIN_SOLVE_S = 0.2
 """A MILP is started only with more than this many seconds left."""
+INCUMBENT_SLACK = 1e-6
+"""An incumbent's cutoff is raised by this share: a plan of the space exactly as good is still found (the ILP's
+own plan is kept where the hybrid ties it)."""
 
 
 @dataclass
@@ -611,6 +614,16 @@ def lower_bound(tables: Tables, space: IlpSpace, grouping: tuple[Subset, ...]) -
     return iteration_s(spans, (0.0, 0.0), ws, overlaps(tables.workload.mode, grouping))
 
 
+def _note(space: IlpSpace, gran: Granularity, n_bin: int) -> str:
+    note = (
+        f"exact over {gran}-granularity pools ({len(space.pools)} pools, {len(space.groupings)} groupings, "
+        f"{len(space.options)} feasible group options; largest leaf MILP {n_bin} binaries)"
+    )
+    if not space.complete:
+        note += "; table building hit its share of the budget, so only the smaller pools were scored"
+    return note
+
+
 def solve_ilp(
     tables: Tables,
     budget: Budget,
@@ -619,12 +632,16 @@ def solve_ilp(
     granularity: Granularity | None = None,
     progress: Callable[[str], None] | None = None,
     leaf_solver: Callable[[IlpModel, float], IlpResult] | None = None,
+    incumbent: float | None = None,
 ) -> tuple[IlpResult, IlpSpace | None, str]:
     """Build the space at the finest affordable granularity, then branch over L1: one MILP per grouping in
     increasing lower bound, each cut off at the incumbent, skipped when its bound cannot beat it. The
     reported bound is the minimum over groupings of what is proven (MILP bound, cheap bound, or +inf). The
     tables get TABLES_SHARE of what is left of the `budget`, the MILPs the rest. `leaf_solver(model, seconds)`
-    solves each leaf instead of HiGHS directly (ilp_pyomo.py: any solver pyomo drives)."""
+    solves each leaf instead of HiGHS directly (ilp_pyomo.py: any solver pyomo drives). `incumbent` (seconds of
+    a plan found before, the hybrid's) is the first cutoff, raised by INCUMBENT_SLACK so a plan as good is still
+    found here; when none in the space is as good, the result has no options and its status and bound say
+    what was proven about the incumbent (optimal: nothing in the space beats it)."""
     budget = budget.from_now()
     gran = granularity or choose_granularity(tables, max_pools)
     if gran is None:
@@ -636,13 +653,18 @@ def solve_ilp(
     bounds = {g: lower_bound(tables, space, g) for g in space.groupings}
     order = sorted(space.groupings, key=lambda g: (bounds[g], space.groupings.index(g)))
     best: IlpResult | None = None
+    start_cut = math.inf if incumbent is None else incumbent * (1 + INCUMBENT_SLACK)
+
+    def cut() -> float:
+        return min(start_cut, best.objective if best is not None and best.objective is not None else math.inf)
+
     proven: dict[tuple, float] = {}
     solve_s, n_bin, n_con, exhausted = 0.0, 0, 0, False
     for grouping in order:
         if math.isinf(bounds[grouping]):
             proven[grouping] = math.inf
             continue
-        if best is not None and bounds[grouping] >= best.objective * (1 - 1e-9):
+        if bounds[grouping] >= cut() * (1 - 1e-9):
             proven[grouping] = bounds[grouping]
             continue
         remaining = budget.remaining_s()
@@ -651,12 +673,12 @@ def solve_ilp(
             break
         if progress:
             progress(f"ILP: grouping {' | '.join('+'.join(g) for g in grouping)}")
-        model = IlpModel(tables, subspace(space, grouping), cutoff=best.objective if best else None)
+        model = IlpModel(tables, subspace(space, grouping), cutoff=None if math.isinf(cut()) else cut())
         result = model.solve(remaining) if leaf_solver is None else leaf_solver(model, remaining)
         solve_s += result.seconds
         n_bin, n_con = max(n_bin, result.n_binaries), max(n_con, result.n_constraints)
         if result.status == "infeasible":  # nothing in this grouping beats the cutoff (or fits at all)
-            proven[grouping] = best.objective if best else math.inf
+            proven[grouping] = cut()
         elif result.status == "optimal":
             proven[grouping] = result.objective
         else:
@@ -665,12 +687,10 @@ def solve_ilp(
             best = result
     open_bounds = [bounds[g] for g in space.groupings if g not in proven]
     bound = min([*proven.values(), *open_bounds], default=math.inf)
-    note = (
-        f"exact over {gran}-granularity pools ({len(space.pools)} pools, {len(space.groupings)} groupings, "
-        f"{len(space.options)} feasible group options; largest leaf MILP {n_bin} binaries)"
-    )
-    if not space.complete:
-        note += "; table building hit its share of the budget, so only the smaller pools were scored"
+    note = _note(space, gran, n_bin)
+    if best is None and incumbent is not None:  # nothing in the space beats the incumbent
+        status = "optimal" if not open_bounds and space.complete else "feasible"
+        return IlpResult(status, None, min(bound, incumbent), solve_s), space, note
     if best is None:
         status = "nosolution" if exhausted or open_bounds else "infeasible"
         return IlpResult(status, None, None, solve_s), space, note

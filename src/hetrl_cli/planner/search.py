@@ -45,6 +45,9 @@ class Budget:
         self.evals = 0
         self._last = now
         self.longest_step = 0.0
+        self.cap: int | None = None
+        """A hard stop on evaluations below `max_evals`: a stage of an anytime search sizes its shares by its
+        nominal `max_evals` and stops at the cap, so a smaller cap runs a prefix of the same steps."""
 
     # --- questions ---------------------------------------------------------------------------------
 
@@ -63,14 +66,21 @@ class Budget:
         """Whether a search stops: the evaluations are used up, or the next step would cross the deadline."""
         if self.max_evals is not None and self.evals >= self.max_evals:
             return True
+        if self.cap is not None and self.evals >= self.cap:
+            return True
         if self.deadline is None:
             return False
         step = min(self.longest_step, STEP_RESERVE_SHARE * self.budget_s)
         return time.monotonic() + step >= self.deadline
 
     def within(self, share: float) -> bool:
-        """Whether less than `share` of the budget (evaluations and seconds) is spent."""
+        """Whether less than `share` of the budget (evaluations and seconds) is spent, and neither the cap nor
+        the deadline is reached (a stage's deadline can be earlier than its nominal seconds)."""
         if self.max_evals is not None and self.evals >= share * self.max_evals:
+            return False
+        if self.cap is not None and self.evals >= self.cap:
+            return False
+        if self.deadline is not None and time.monotonic() >= self.deadline:
             return False
         return self.budget_s is None or time.monotonic() - self.start < share * self.budget_s
 
@@ -91,9 +101,11 @@ class Budget:
     def from_now(self) -> Budget:
         """What is left, as a budget starting now (at least MIN_STAGE_S seconds), so a stage's shares are of
         its own time."""
-        if self.deadline is None:
-            return Budget(None, self.max_evals)
-        return Budget(max(MIN_STAGE_S, self.deadline - time.monotonic()), self.max_evals)
+        out = Budget(
+            None if self.deadline is None else max(MIN_STAGE_S, self.deadline - time.monotonic()), self.max_evals
+        )
+        out.cap = None if self.cap is None else max(0, self.cap - self.evals)
+        return out
 
     def at_least(self, seconds: float) -> Budget:
         """This budget, its deadline moved to `seconds` from now where that is later (a fallback that must
