@@ -162,9 +162,16 @@ def test_role_logprobs_equal_todays_full_logits_formula(tiny_dir: Path) -> None:
         logits = ref.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
         at = logits.gather(1, batch.positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
         expected = gather_logprobs(at, batch.response)
-    for got in (ref.logprobs(rollouts), Actor(tiny_dir, RLSpec(), "grpo", "adamw", 1, 1, 3).logprobs(rollouts)):
+    actor = Actor(tiny_dir, RLSpec(), "grpo", "adamw", 1, 1, 3)
+    rows: list[int] = []  # the head sees response positions only, never a micro-batch's [n, L] positions
+    for role in (ref, actor):
+        role.shard.lm_head.register_forward_hook(lambda _m, args, _o: rows.append(args[0].shape[:-1].numel()))
+    for got in (ref.logprobs(rollouts), actor.logprobs(rollouts)):
         for i, row in enumerate(got):
             torch.testing.assert_close(torch.tensor(row), expected[i, : len(row)], atol=1e-6, rtol=0)
+    chunks = [rollouts[lo : lo + 3] for lo in (0, 3, 6)]
+    per_micro_batch = [len(c) * max(len(r.response_ids) for r in c) for c in chunks]
+    assert rows == per_micro_batch * 2
 
 
 # --- old log-probs --------------------------------------------------------------------------------------
