@@ -464,3 +464,17 @@ def test_hetrl_run_trains_in_bf16(hetrl, tmp_path: Path, algorithm: str) -> None
     assert {t.dtype for t in state["model"].values()} == {torch.bfloat16}
     moments = {k: v.dtype for s in state["optimizer"]["state"].values() for k, v in s.items() if v.dim()}
     assert moments == dict.fromkeys(("exp_avg", "exp_avg_sq", "master"), torch.float32)
+
+
+def test_offload_moves_the_master_weights_before_and_after_the_first_step(tiny_dir: Path) -> None:
+    """The optimizer state an offloaded actor sends to host memory includes its fp32 masters, also while they
+    wait for the first step ("meta" stands in for the host: on a CPU device a move is otherwise a no-op)."""
+    from hetrl_cli.runtime.sharding import Offload
+
+    waiting = Actor(tiny_dir, RLSpec(lr=1e-2), "grpo", "adamw", 1, 1, 3, precision="bf16")
+    Offload("actor_train", "cpu", optimizers=(waiting.optimizer,), host="meta").to_host()
+    assert waiting.optimizer.pending and all(m.is_meta for m in waiting.optimizer.pending.values())
+    stepped = Actor(tiny_dir, RLSpec(lr=1e-2), "grpo", "adamw", 1, 1, 3, precision="bf16")
+    _train_once(stepped)
+    Offload("actor_train", "cpu", optimizers=(stepped.optimizer,), host="meta").to_host()
+    assert all(s["master"].is_meta and s["exp_avg"].is_meta for s in stepped.optimizer.state.values())

@@ -221,10 +221,12 @@ def enable_recompute(layers: Iterable[nn.Module]) -> int:
 # --- offload --------------------------------------------------------------------------------------
 
 
-def optimizer_tensors(optimizer: Any) -> list[dict[str, Any]]:
-    """The per-parameter state dicts this rank holds (its partition under ZeRO)."""
-    inner = optimizer.optim if is_sharded(optimizer) else optimizer
-    return list(inner.state.values())
+def optimizer_tensors(optimizer: Any) -> list[dict[Any, Any]]:
+    """The per-parameter state dicts this rank holds (its partition under ZeRO), and the master weights still
+    waiting for their first step (with_master_weights), so offload moves them too."""
+    inner = inner_optimizer(optimizer)
+    pending = getattr(inner, "pending", None)
+    return list(inner.state.values()) + ([pending] if pending else [])
 
 
 @dataclass
