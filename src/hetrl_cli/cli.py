@@ -261,6 +261,8 @@ def plan(
             f"wrote {target}: {result.cost.iteration_s:.3g} s/iteration, "
             f"{result.cost.samples_per_s:.3g} samples/s ({result.solver.solver}, {result.solver.status})"
         )
+    for warning in result.warnings:  # what the plan means (bf16 without bf16 arithmetic, async without effect)
+        sys.stderr.write(f"hetrl: warning: {warning}\n")
 
 
 @app.command()

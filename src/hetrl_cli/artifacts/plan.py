@@ -163,6 +163,10 @@ class Plan(Artifact):
     cluster_devices: list[Annotated[str, AfterValidator(check_device_id)]] = Field(default_factory=list)
     """Every device of the profile the plan was made for, idle ones included, so `show` without --profile
     knows the cluster's size (empty in plans written before hetrl recorded it)."""
+    warnings: list[Annotated[str, Field(max_length=1000)]] = Field(default_factory=list, max_length=16)
+    """What the plan means that a user must know before running it, one sentence each (bf16 on devices
+    without bf16 arithmetic; async that cannot overlap): `plan` prints them on stderr, `show` under the
+    summary. Empty in plans written before hetrl recorded them."""
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Plan:

@@ -78,7 +78,53 @@ def to_plan(
         solver=solver,
         memory_per_device=dict(estimate.memory_per_device),
         cluster_devices=[d.id for d in model.profile.devices],
+        warnings=plan_warnings(model.profile, model.workload, groups),
     )
+
+
+def plan_warnings(profile: ClusterProfile, workload: Workload, groups: Sequence[GroupPlacement]) -> list[str]:
+    """The sentences a plan carries (`Plan.warnings`): async that has no effect because generation shares its
+    group (the cost model prices it as sync: costmodel/compose.overlaps), and bf16 on devices that have no
+    bf16 arithmetic (they run it at their fp32 rate; fp16 is their tensor-core rate)."""
+    out = []
+    generation = next((g for g in groups if "generation" in g.tasks), None)
+    if workload.mode == "async" and generation is not None and tuple(generation.tasks) != ("generation",):
+        mates = [t for t in generation.tasks if t != "generation"]
+        named = "actor_train" if "actor_train" in mates else ", ".join(mates)
+        out.append(
+            f"async has no effect: generation shares devices with {named}, so the step runs as sync "
+            "(priced so); a plan with generation in a group of its own overlaps it"
+        )
+    used = {d for g in groups for d in g.devices}
+    if workload.precision == "bf16":
+        lacking: dict[str, list[str]] = {}
+        for device in profile.devices:
+            if device.id in used and not has_bf16(device):
+                lacking.setdefault(device.name, []).append(device.id)
+        if lacking:
+            named = "; ".join(f"{len(ids)}× {name} ({_first(ids)})" for name, ids in lacking.items())
+            out.append(
+                f"bf16 on devices without bf16 arithmetic: {named}; they run it at their fp32 rate "
+                "(priced so): set precision: fp16 in the workload for their tensor-core rate"
+            )
+    return out
+
+
+def has_bf16(device) -> bool:
+    """bf16 arithmetic: compute capability 8.0 and up (Ampere on) where known, else a bf16 datasheet figure
+    (the catalog gives none for V100 and T4); CPUs count as having it (they do not plan bf16 rates)."""
+    if device.kind != "cuda":
+        return True
+    if device.compute_capability:
+        try:
+            return float(device.compute_capability) >= 8.0
+        except ValueError:
+            pass
+    return not device.peak_tflops or "bf16" in device.peak_tflops
+
+
+def _first(ids: list[str], limit: int = 3) -> str:
+    return ", ".join(ids[:limit]) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
 def placement_from_plan(plan: Plan) -> tuple[list[GroupPlacement], list[TaskPlacement]]:

@@ -34,6 +34,7 @@ def plan_summary(d: PlanDigest) -> dict[str, Any]:
         "transfer_s": cost.transfer_s,
         "breakdown": cost.breakdown,
         "bottleneck": d.bottleneck,
+        "warnings": list(plan.warnings),
         "solver": plan.solver.model_dump(),
         "devices": _device_counts(d),
         "groups": [_group(d, g.name) for g in plan.groups],

@@ -47,6 +47,7 @@ def summary_rows(d: PlanDigest) -> list[tuple[str, str]]:
         ("plan", f"{plan.name} (made {plan.created_at})"),
         ("profile", f"{plan.profile_name} {plan.profile_fingerprint}{hint}"),
         ("workload", workload_line(plan.workload)),
+        *(("warning", w) for w in plan.warnings),  # what the plan means: async without effect, bf16 emulated
         (
             "iteration",
             f"{seconds(cost.iteration_s)} · {si(cost.samples_per_s)} samples/s · {si(cost.tokens_per_s)} tokens/s",
