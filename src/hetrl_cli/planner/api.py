@@ -296,12 +296,18 @@ def check_feasible(tables) -> None:
     from hetrl_cli.planner.baselines import ordered_devices
 
     devices = ordered_devices(tables)
-    pools = [devices]
-    pools += [ordered_devices(tables, [d for host in c.devices for d in host]) for c in tables.classes]
-    pools += [tuple(host) for c in tables.classes for host in c.devices]
     for task in tables.tasks:
-        if not any(tables.alone(task, pool) for pool in pools):
+        if not any(tables.alone(task, pool) for pool in check_pools(tables)):
             raise Infeasible(explain_task(tables, task, devices))
+
+
+def check_pools(tables) -> list[tuple[str, ...]]:
+    """The device sets a task must fit one of: all devices, all devices of one class, one host's."""
+    from hetrl_cli.planner.baselines import ordered_devices
+
+    pools = [ordered_devices(tables)]
+    pools += [ordered_devices(tables, [d for host in c.devices for d in host]) for c in tables.classes]
+    return pools + [tuple(host) for c in tables.classes for host in c.devices]
 
 
 def explain_task(tables, task, devices) -> str:
@@ -346,14 +352,17 @@ def explain_infeasible(tables, evaluations: int | None = None) -> str:
     from hetrl_cli.planner.baselines import ordered_devices
 
     devices = ordered_devices(tables)
-    pools = [devices, *(tuple(host) for c in tables.classes for host in c.devices)]
+    pools = check_pools(tables)
     for task in tables.tasks:
         if not any(tables.alone(task, pool) for pool in pools):
             return explain_task(tables, task, devices)
+    scarce = {t: sum(bool(tables.alone(t, pool)) for pool in pools) for t in tables.tasks}
+    tight = sorted((n, t) for t, n in scarce.items())[:2]
+    where = " and ".join(f"{t} fits on {n} of {len(pools)} device sets tried" for n, t in tight)
     tried = f" in {evaluations} evaluations" if evaluations else ""
     return (
-        f"every task fits on some of the devices, but no grouping of them fitted together{tried}; "
-        "raise --budget or --max-evals, add devices or shorten sequences"
+        f"every task fits on some of the devices, but no grouping of them fitted together{tried} ({where}); "
+        "raise --budget or --max-evals, add devices, use ZeRO sharding or shorten sequences"
     )
 
 

@@ -25,6 +25,9 @@ arms) and L2 (device-count splits, the sub-arms), and a genetic search over L3 (
   of its explored splits. The first cycle grows only each grouping's constructive split (the mutations
   move device counts from there); later cycles all splits. Screened, the first cycle runs only the best
   SCREEN_ARMS groupings by the screen's rank, and each later cycle doubles the groupings and the splits.
+- Anytime: the whole search runs in stages of doubling nominal size, each seeded with the incumbent of the
+  stages before, the last cut where the budget ends (`run`, FIRST_STAGE_EVALS): a larger --max-evals runs a
+  longer prefix of the same evaluations, so its plan is never worse.
 - Deterministic: all randomness comes from `random.Random(seed)`; with `max_evals` the result depends only
   on (profile, workload, seed, max_evals). With only a wall-clock budget, the number of evaluations a
   machine manages decides where the search stops, so results can differ between machines.

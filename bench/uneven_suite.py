@@ -1,0 +1,155 @@
+"""Clusters and workloads unlike the paper's (issue 24, item 2): a seeded generator of settings, and the
+planner checks that need no ILP optimum — never "infeasible" where a baseline plans, a real cause where
+nothing does, and anytime over a ladder of --max-evals.
+
+    .venv/bin/python bench/uneven_suite.py                      # 40 settings, ladder 32 64 128 256 512
+    .venv/bin/python bench/uneven_suite.py --count 8 --ladder 32 128
+    .venv/bin/python bench/uneven_suite.py --list               # the settings only, nothing planned
+
+Each setting (`settings(count, seed)`): 3–6 GPU types of V100, T4, A10G, L4, L40S, A100 40/80 GB, H100, H200
+and RTX 4090; hosts of 1, 2, 3, 4, 5, 6 or 8 GPUs (one or two host sizes per type); 2–5 regions; WAN
+0.5–10 Gbps; an actor of 1.7B–32B (qwen3 built-ins), a separate reward model of another size or a rule;
+PPO or GRPO, sync or async. Other benches take `settings()` for their own checks (hybrid against the ILP).
+
+Per setting: both baselines (plan, or the stated cause), the hybrid at each --max-evals of the ladder (seed
+0), and the checks: `infeasible_with_baseline` (the hybrid exited 3 where a baseline planned), `worse`
+(a larger --max-evals gave a worse plan), `none_in_message` (an exit-3 message with `None` in it). Writes
+bench/results/uneven_suite.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GPUS = ["V100", "T4", "A10G", "L4", "L40S", "A100 40GB", "A100 80GB", "H100 SXM", "H200", "RTX 4090"]
+HOST_SIZES = [1, 2, 3, 4, 5, 6, 8]
+ACTORS = ["qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b"]
+REWARDS = ["qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", None]
+LAN = {"bandwidth": "100Gbps", "latency": "0.1ms"}
+
+
+def settings(count: int = 40, seed: int = 0) -> list[tuple[str, dict, dict]]:
+    """`count` (name, cluster.yaml as a dict, workload as a dict) settings, the same for the same seed."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        regions = [f"r{k}" for k in range(rng.randint(2, 5))]
+        groups = []
+        for gpu in rng.sample(GPUS, rng.randint(3, 6)):
+            for size in rng.sample(HOST_SIZES, rng.randint(1, 2)):
+                groups.append(
+                    {"gpu": gpu, "gpus_per_node": size, "nodes": rng.randint(1, 2), "region": rng.choice(regions)}
+                )
+        for k, g in enumerate(groups):  # two groups of one type need their own host names
+            g["name_prefix"] = f"g{k}-{g['gpu'].split()[0].lower()}"
+        wan = {"bandwidth": f"{rng.choice([0.5, 1, 2, 5, 10])}Gbps", "latency": f"{rng.choice([5, 20, 60])}ms"}
+        network = {"intra_region": LAN, "inter_region": {"default": wan}}
+        cluster = {"name": f"u{i:02d}", "node_groups": groups, "network": network}
+        actor = rng.choice(ACTORS)
+        algorithm = rng.choice(["ppo", "grpo"])
+        reward = rng.choice([r for r in REWARDS if r != actor])
+        workload = {"algorithm": algorithm, "mode": rng.choice(["sync", "async"]), "actor": {"arch": actor}}
+        if algorithm == "ppo":
+            workload["critic"] = {"arch": actor}
+        if reward is not None:
+            workload["reward"] = {"arch": reward}
+        out.append((cluster["name"], cluster, workload))
+    return out
+
+
+def run_setting(cluster: dict, workload_data: dict, ladder: list[int]) -> dict:
+    """Baselines and the hybrid over the ladder on one setting; the checks."""
+    from hetrl_cli.artifacts.workload import Workload
+    from hetrl_cli.errors import Infeasible
+    from hetrl_cli.planner.api import make_plan
+    from hetrl_cli.profiling.catalog import profile_from_cluster
+
+    profile = profile_from_cluster(cluster)
+    workload = Workload.model_validate(workload_data)
+    row: dict = {"devices": len(profile.devices), "hosts": len(profile.hosts), "messages": []}
+
+    def attempt(solver: str, **kw) -> float | None:
+        try:
+            return make_plan(profile, workload, solver=solver, budget_s=600, seed=0, **kw).cost.iteration_s
+        except Infeasible as exc:
+            row["messages"].append(f"{solver}: {exc}")
+            return None
+
+    start = time.monotonic()
+    row["verl"], row["streamrl"] = attempt("verl"), attempt("streamrl")
+    row["hybrid"] = {n: attempt("hybrid", max_evals=n) for n in ladder}
+    row["seconds"] = time.monotonic() - start
+    planned = [s for s in row["hybrid"].values() if s is not None]
+    based = row["verl"] is not None or row["streamrl"] is not None
+    row["infeasible_with_baseline"] = based and len(planned) < len(ladder)
+    seq = [row["hybrid"][n] for n in ladder]
+    row["worse"] = any(a is not None and (b is None or b > a * (1 + 1e-12)) for a, b in itertools.pairwise(seq))
+    row["none_in_message"] = any("None" in m for m in row["messages"])
+    return row
+
+
+def markdown(rows: list[dict], ladder: list[int]) -> str:
+    head = [
+        "setting",
+        "GPUs (hosts)",
+        "workload",
+        "verl s/it",
+        "streamrl s/it",
+        *(f"hybrid@{n}" for n in ladder),
+        "checks",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def fmt(x: float | None) -> str:
+        return "exit 3" if x is None else f"{x:.1f}"
+
+    for r in rows:
+        w = r["workload"]
+        label = f"{w['algorithm']} {w['mode']} {w['actor']['arch']}" + (
+            f" + rm {w['reward']['arch']}" if "reward" in w else ""
+        )
+        bad = [k for k in ("infeasible_with_baseline", "worse", "none_in_message") if r[k]]
+        cells = [r["name"], f"{r['devices']} ({r['hosts']})", label, fmt(r["verl"]), fmt(r["streamrl"])]
+        cells += [fmt(r["hybrid"][n]) for n in ladder] + [", ".join(bad) or "ok"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ladder", type=int, nargs="*", default=[32, 64, 128, 256, 512])
+    parser.add_argument("--list", action="store_true", help="print the settings and stop")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "uneven_suite.json"))
+    args = parser.parse_args()
+    rows = []
+    for name, cluster, workload in settings(args.count, args.seed):
+        if args.list:
+            print(json.dumps({"name": name, "cluster": cluster, "workload": workload}))
+            continue
+        row = {"name": name, "cluster": cluster, "workload": workload, **run_setting(cluster, workload, args.ladder)}
+        rows.append(row)
+        ok = "ok" if not any(row[k] for k in ("infeasible_with_baseline", "worse", "none_in_message")) else "FAIL"
+        print(f"{name}: {row['devices']} GPUs, {ok}, {row['seconds']:.0f} s, hybrid {row['hybrid']}", flush=True)
+    if args.list:
+        return
+    summary = {k: sum(bool(r[k]) for r in rows) for k in ("infeasible_with_baseline", "worse", "none_in_message")}
+    summary["settings"] = len(rows)
+    summary["planned"] = sum(any(v is not None for v in r["hybrid"].values()) for r in rows)
+    out = Path(args.out)
+    out.write_text(json.dumps({"summary": summary, "ladder": args.ladder, "rows": rows}, indent=2) + "\n")
+    out.with_suffix(".md").write_text(markdown(rows, args.ladder))
+    print(json.dumps(summary))
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
