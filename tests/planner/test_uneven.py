@@ -116,3 +116,21 @@ def test_the_ilp_under_15_s_is_at_least_the_hybrids_plan(uneven_ilp):
     ilp = make_plan(uneven_ilp, ppo_async(), solver="ilp", budget_s=15, max_evals=256, seed=0)
     assert ilp.solver.objective <= hybrid.solver.objective * (1 + 1e-9)
     assert ilp.solver.objective < 53.7
+
+
+def test_without_baselines_the_hybrid_searches_on_until_it_has_a_plan(uneven):
+    """Where no baseline has a plan, a budget that ends before the first plan does not mean 'infeasible': the
+    cut stage runs on whole until its first plan (the same steps, so the ladder stays monotone)."""
+    from hetrl_cli.costmodel.model import CostModel
+    from hetrl_cli.planner.hybrid import Hybrid
+    from hetrl_cli.planner.search import Budget
+    from hetrl_cli.planner.tables import Tables
+
+    w = ppo_async()
+    tables = Tables(CostModel(uneven, w), uneven, w)
+    assert Hybrid(tables, 0).run(Budget(None, 10)).options is None  # 10 evaluations find nothing here
+    ladder = [10, 20, 40, 80]
+    found = [Hybrid(tables, 0).run(Budget(None, n), until_found=True) for n in ladder]
+    assert all(r.options is not None for r in found)
+    seconds = [r.score for r in found]
+    assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(seconds)), seconds

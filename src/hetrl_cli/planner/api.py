@@ -197,7 +197,7 @@ def _incumbent(tables, budget: Budget, seed: int, bases, report) -> Outcome | No
     if budget.max_evals is None:
         budget.cap = ILP_HYBRID_EVALS
     try:
-        outcome = run_hybrid(tables, budget, seed, bases, report)
+        outcome = run_hybrid(tables, budget, seed, bases, report, until_found=False)
     except Infeasible:
         return None
     return _not_worse_than(outcome, bases)
@@ -222,14 +222,15 @@ def _incumbent_outcome(first: Outcome, result, note: str) -> Outcome:
     return Outcome(first.groups, first.placements, stats)
 
 
-def run_hybrid(tables, budget: Budget, seed: int, bases, report) -> Outcome:
-    """The hybrid search within `budget` (its evaluations, else its seconds), seeded with the baselines' plans."""
+def run_hybrid(tables, budget: Budget, seed: int, bases, report, until_found: bool = True) -> Outcome:
+    """The hybrid search within `budget` (its evaluations, else its seconds), seeded with the baselines' plans;
+    where neither baseline has a plan and `until_found`, past the budget until it finds one (Hybrid.run)."""
     from hetrl_cli.planner.hybrid import Hybrid, genome_of
 
     search = Hybrid(tables, seed)  # the full tables: the quick ones (depths=1) misrank plans (docs/planner.md)
     seeds = [(tuple(g.tasks for g in b.groups), genome_of(search, [g.devices for g in b.groups])) for b in bases]
     budget = budget.for_search()  # after building the search: that is spent time too
-    result = search.run(budget, seeds, progress=lambda text, _f: report(text))
+    result = search.run(budget, seeds, progress=lambda text, _f: report(text), until_found=until_found and not bases)
     if result.options is None and bases:  # the baselines' plans are candidates too, also where no genome holds them
         best = min(bases, key=lambda b: b.iteration_s)
         note = f"the search found no plan in {result.evaluations} evaluations; the {best.name} baseline's plan"

@@ -66,6 +66,9 @@ FIRST_STAGE_EVALS = 256
 each a whole search seeded with every earlier incumbent; a stage sizes its shares by its own nominal size and
 the last one is cut where the budget ends, so a larger budget runs a longer prefix of the same steps and its
 plan is never worse."""
+EXTRA_STAGES = 2
+"""A search that must find a plan (no baseline has one) runs on past its budget for at most this many stages:
+the cut stage whole, then the next (256 + 512 evaluations, or 2 + 4 s, after a cut in the first stage)."""
 FIRST_STAGE_S = 2.0
 """The first stage's nominal seconds under a wall-clock budget (then 4, 8, 16 s, ...). Smaller first stages cost
 quality at 2 s on the paper's PPO settings (0.5 s: 0.83 of the ILP optimum on multi-continent 8B PPO async)."""
@@ -386,10 +389,13 @@ class Hybrid:
         budget: Budget,
         seeds: Sequence[tuple[tuple[Subset, ...], list[int]]] = (),
         progress: Callable[[str, float], None] | None = None,
+        until_found: bool = False,
     ) -> HybridResult:
         """The anytime search: stages of doubling nominal size (FIRST_STAGE_EVALS, FIRST_STAGE_S), each a whole
         search (`_stage`) seeded with `seeds` (the baselines' plans) and the incumbent so far, the last one cut
-        where `budget` ends; the best plan of all stages."""
+        where `budget` ends; the best plan of all stages. `until_found`: where the budget ends without a plan,
+        the cut stage runs on whole (then one more, EXTRA_STAGES in all) until the first plan; the same
+        sequence of steps, so a larger budget still never gives a worse plan."""
         start = time.monotonic()
         best: HybridResult | None = None
         evals = rounds = 0
@@ -405,6 +411,13 @@ class Hybrid:
                 best = found
             if stage is budget or stage.evals == 0 or _outer_spent(budget, evals):
                 break
+        for extra in range(EXTRA_STAGES if until_found and best is None and stage is not budget else 0):
+            stage = _stage_budget(budget, k + extra, 0, whole=True)
+            found = self._stage(stage, list(seeds), progress, self.seed + 7919 * (k + extra), stop_on_plan=True)
+            evals, rounds = evals + stage.evals, rounds + found.rounds
+            if found.options is not None:
+                best = found
+                break
         seconds = time.monotonic() - start
         if best is None:
             return HybridResult(None, None, math.inf, evals, seconds, rounds)
@@ -416,12 +429,15 @@ class Hybrid:
         seeds: Sequence[tuple[tuple[Subset, ...], list[int]]],
         progress: Callable[[str, float], None] | None,
         seed: int,
+        stop_on_plan: bool = False,
     ) -> HybridResult:
         """One whole search (module docstring): the seeds scored first (they are candidates whatever the
         budget), each grouping's arms, the screen's plans in its first arm, then successive-halving cycles
         until the budget is spent."""
         start = time.monotonic()
         run = _Run(groupings(self.tables.tasks), budget, random.Random(seed))
+        if stop_on_plan:
+            budget.found = lambda: run.best is not None
         scored = [(grouping, self.evaluate(grouping, genome, budget)) for grouping, genome in seeds]
         self._first_arms(run)
         run.screened = self.screen(run.groupings, budget)
@@ -538,9 +554,12 @@ class Hybrid:
                 arm.population[-1] = cand
 
 
-def _stage_budget(outer: Budget, k: int, used: int) -> Budget:
+def _stage_budget(outer: Budget, k: int, used: int, whole: bool = False) -> Budget:
     """Stage k's budget: FIRST_STAGE_EVALS·2^k evaluations capped at what `outer` has left (`used` spent), or
-    FIRST_STAGE_S·2^k seconds ending no later than `outer`; `outer` itself when it is unbounded."""
+    FIRST_STAGE_S·2^k seconds ending no later than `outer`; `outer` itself when it is unbounded. `whole`: the
+    stage's own size, past `outer` (a search that must find a plan)."""
+    if whole:
+        return Budget(None, FIRST_STAGE_EVALS * 2**k) if outer.max_evals is not None else Budget(FIRST_STAGE_S * 2**k)
     caps = [c - used for c in (outer.max_evals, outer.cap) if c is not None]
     if outer.max_evals is not None:
         stage = Budget(None, FIRST_STAGE_EVALS * 2**k)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -48,6 +48,8 @@ class Budget:
         self.cap: int | None = None
         """A hard stop on evaluations below `max_evals`: a stage of an anytime search sizes its shares by its
         nominal `max_evals` and stops at the cap, so a smaller cap runs a prefix of the same steps."""
+        self.found: Callable[[], bool] | None = None
+        """A search that must find a plan past its budget stops once this says it has one."""
 
     # --- questions ---------------------------------------------------------------------------------
 
@@ -67,6 +69,8 @@ class Budget:
         if self.max_evals is not None and self.evals >= self.max_evals:
             return True
         if self.cap is not None and self.evals >= self.cap:
+            return True
+        if self.found is not None and self.found():
             return True
         if self.deadline is None:
             return False
