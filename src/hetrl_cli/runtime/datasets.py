@@ -68,16 +68,7 @@ def load_jsonl(path: str | Path) -> list[Record]:
     The launcher loads it once before anything starts (runtime.api), so a bad file ends there in one line."""
     where = Path(path).expanduser()
     fix = "set dataset.path to a UTF-8 JSONL file"
-    try:
-        lines = where.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise BadInput(f"{where}: no such dataset file; {fix}") from None
-    except IsADirectoryError:
-        raise BadInput(f"{where}: is a directory, not a dataset file; {fix}") from None
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"{where}: not UTF-8 text (byte {exc.start}); {fix}") from None
-    except OSError as exc:
-        raise BadInput(f"{where}: cannot read the dataset ({exc.strerror}); {fix}") from None
+    lines = _read_text(where, "JSONL").splitlines()
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
