@@ -432,6 +432,56 @@ def test_actor_train_peak_of_a_152k_vocabulary_stays_within_its_prediction(tiny_
     assert measured["peak"] - measured["start"] < 2 * 2**30, measured  # measured: 1.39 GB
 
 
+# --- hf engine generation with a 152k vocabulary ----------------------------------------------------------------
+
+
+def _generate_worker(rank: int, model_dir: str, out: str) -> None:
+    """16 prompts x 512 new tokens sampled by the hf engine in a fresh process; its RSS high-water mark from the
+    start of generate (tracking.PeakMemory) and the tokens."""
+    from hetrl_cli.runtime.engines import Sampling
+    from hetrl_cli.runtime.engines.hf import HFEngine
+    from hetrl_cli.runtime.tracking import PeakMemory
+
+    torch.set_num_threads(2)
+    engine = HFEngine(model_dir, dtype="fp32")
+    prompts = [[5 + i, 6 + i, 7 + i] for i in range(16)]
+    sampling = Sampling(512, 1.0, tuple(range(16)), eos_token_id=-1, pad_token_id=0, suppress_ids=(0,))
+    meter = PeakMemory("cpu")
+    meter.reset()
+    start = meter.peak_bytes()
+    tokens = engine.generate(prompts, sampling)
+    Path(out).write_text(json.dumps({"start": start, "peak": meter.peak_bytes(), "tokens": tokens}))
+
+
+@pytest.mark.slow
+def test_hf_generation_peak_does_not_grow_with_the_response_length(tiny_dir: Path, tmp_path: Path) -> None:
+    """16 sequences x 512 new tokens of a 152k vocabulary: the sampling noise is drawn a window at a time
+    (engines/hf.NOISE_BYTES), where drawing it for the whole response at once took 16 x 512 x 152k x 4 B = 5 GB
+    twice over. The generation's growth stays under 512 MiB (model, KV cache and one window of noise)."""
+    model_dir = _hf_model(tiny_dir, tmp_path / "big", "qwen3", vocab_size=BIG_VOCAB, hidden_size=64,
+                          intermediate_size=128, num_hidden_layers=2, max_position_embeddings=1024)  # fmt: skip
+    out = tmp_path / "gen.json"
+    mp.spawn(_generate_worker, args=(str(model_dir), str(out)), nprocs=1, join=True)
+    measured = json.loads(out.read_text())
+    assert [len(t) for t in measured["tokens"]] == [512] * 16  # no EOS: every step drew noise
+    assert measured["peak"] - measured["start"] < 512 * 2**20, measured["peak"] - measured["start"]
+
+
+def test_hf_sampling_is_the_same_whatever_the_noise_window(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The noise window only changes how much is drawn at once, not the samples: one token a draw (a bound
+    smaller than one row) gives the tokens of one draw for the whole response."""
+    from hetrl_cli.runtime.engines import Sampling, hf
+
+    engine = hf.HFEngine(tiny_dir)
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    sampling = Sampling(24, 1.0, (11, 12, 13), eos_token_id=-1, pad_token_id=0, suppress_ids=(0,))
+    whole = engine.generate(prompts, sampling)
+    monkeypatch.setattr(hf, "NOISE_BYTES", 1)
+    assert engine.generate(prompts, sampling) == whole
+    monkeypatch.setattr(hf, "NOISE_BYTES", 4 * 3 * 10 * engine.model.config.vocab_size)  # 10 tokens a draw
+    assert engine.generate(prompts, sampling) == whole
+
+
 # --- hetrl run in bf16 ---------------------------------------------------------------------------------------
 
 

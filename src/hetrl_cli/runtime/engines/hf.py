@@ -21,6 +21,11 @@ def build(at: EngineBuild) -> HFEngine:
     return HFEngine(at.model_dir, device=at.device, dtype=at.dtype, parallel=at.parallel)
 
 
+NOISE_BYTES = 32 * 2**20
+"""At most this much sampling noise (fp32) is drawn at once per batch: one token's worth when the vocabulary is
+large, so generation's peak does not grow with the response length."""
+
+
 class _SeededGumbel:
     """A logits processor that samples with per-row generators: argmax(logits / T + Gumbel) ~ softmax(logits / T).
 
@@ -37,6 +42,8 @@ class _SeededGumbel:
         self.suppress_ids = list(suppress_ids)
         self.generators = [torch.Generator().manual_seed(seed) for seed in seeds]
         self.steps, self.used, self.noise = max(1, steps), 0, None
+        self.drawn = 0
+        """Tokens of noise drawn so far (a window at a time)."""
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         import torch
@@ -46,11 +53,16 @@ class _SeededGumbel:
         if self.temperature <= 0:
             return scores
         if self.noise is None or self.used == self.noise.shape[1]:
-            # Each row's noise for `steps` tokens in one draw: the generator yields the same stream as one draw per
-            # token (so the same samples) in a few large ops instead of ~10 small ones a token (bench/run_overhead).
-            uniform = torch.stack([torch.rand(self.steps, scores.shape[1], generator=g) for g in self.generators])
+            # Each row's noise for a window of tokens in one draw: the generator yields the same stream as one
+            # draw per token (so the same samples, whatever the window) in a few large ops instead of ~10 small
+            # ones a token (bench/run_overhead). The window is bounded by NOISE_BYTES, not the response length:
+            # 64 rows x 1024 tokens x a 152k vocabulary would be 37 GiB at once; a small vocabulary still draws
+            # a whole response at a time.
+            rows, vocab = scores.shape
+            window = max(1, min(self.steps - self.drawn, NOISE_BYTES // (4 * rows * vocab)))
+            uniform = torch.stack([torch.rand(window, vocab, generator=g) for g in self.generators])
             self.noise = (-torch.log(-torch.log(uniform.clamp(1e-10, 1.0 - 1e-7)))).to(scores.device)
-            self.used = 0
+            self.used, self.drawn = 0, self.drawn + window
         self.used += 1
         return scores / self.temperature + self.noise[:, self.used - 1]
 
