@@ -40,9 +40,6 @@ TASK_ROLE: dict[TaskName, Role] = {
 TRAIN_TASKS: frozenset[TaskName] = frozenset({"actor_train", "critic_train"})
 """Tasks that hold gradients and optimizer state (ZeRO sharding acts on them)."""
 
-INFERENCE_TASKS: frozenset[TaskName] = frozenset({"reference", "reward", "critic_inference"})
-"""Forward-only tasks on a frozen or current model (generation is apart: it decodes)."""
-
 PHASES: tuple[tuple[TaskName, ...], ...] = (
     ("generation",),
     ("reference", "reward", "critic_inference"),

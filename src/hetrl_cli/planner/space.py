@@ -188,21 +188,6 @@ def device_classes(profile: ClusterProfile, dtype: str = "bf16") -> list[DeviceC
 # --- L2 + L3: pools --------------------------------------------------------------------------------
 
 
-def pool_size(classes: Sequence[DeviceClass], pool: Pool) -> int:
-    return sum(whole * c.per_host + part for c, (whole, part) in zip(classes, pool, strict=True))
-
-
-def pool_label(classes: Sequence[DeviceClass], pool: Pool) -> str:
-    """Human-readable pool, e.g. `2×8 A100 @us-east + 4 L4 @eu`."""
-    bits = []
-    for c, (whole, part) in zip(classes, pool, strict=True):
-        if whole:
-            bits.append(f"{whole}×{c.per_host} {c.name}@{c.region}")
-        if part:
-            bits.append(f"{part} {c.name}@{c.region}")
-    return " + ".join(bits) or "nothing"
-
-
 def enumerate_pools(classes: Sequence[DeviceClass], granularity: Granularity) -> list[Pool]:
     """Every non-empty pool of the granularity, in a deterministic order."""
     options = []

@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-LOW_PRECISIONS = ("bf16", "fp16")
-
 
 def torch_dtype(precision: str) -> torch.dtype:
     """The torch dtype of a workload precision (bf16, fp16, fp32)."""
