@@ -231,32 +231,21 @@ def run_hybrid(tables, budget: Budget, seed: int, bases, report, until_found: bo
     seeds = [(tuple(g.tasks for g in b.groups), genome_of(search, [g.devices for g in b.groups])) for b in bases]
     budget = budget.for_search()  # after building the search: that is spent time too
     result = search.run(budget, seeds, progress=lambda text, _f: report(text), until_found=until_found and not bases)
+
+    def stats(objective: float, note: str) -> SolverStats:
+        return SolverStats(solver="hybrid", status="heuristic", objective=objective, seconds=result.seconds,
+                           evaluations=result.evaluations, seed=seed, note=note)  # fmt: skip
+
     if result.options is None and bases:  # the baselines' plans are candidates too, also where no genome holds them
         best = min(bases, key=lambda b: b.iteration_s)
         note = f"the search found no plan in {result.evaluations} evaluations; the {best.name} baseline's plan"
-        stats = SolverStats(
-            solver="hybrid",
-            status="heuristic",
-            objective=best.iteration_s,
-            seconds=result.seconds,
-            evaluations=result.evaluations,
-            seed=seed,
-            note=note,
-        )
-        return Outcome(best.groups, best.placements, stats)
+        return Outcome(best.groups, best.placements, stats(best.iteration_s, note))
     if result.options is None:
         raise Infeasible(f"the hybrid search found no plan that fits: {explain_infeasible(tables, result.evaluations)}")
-    stats = SolverStats(
-        solver="hybrid",
-        status="heuristic",
-        objective=result.score,
-        seconds=result.seconds,
-        evaluations=result.evaluations,
-        seed=seed,
-        note=f"{result.rounds} successive-halving rounds"
-        + (f", max_evals={budget.max_evals}" if budget.max_evals else ""),
-    )
-    return Outcome(tables.groups(result.grouping, result.options), tables.placements(result.options), stats)
+    limit = f", max_evals={budget.max_evals}" if budget.max_evals else ""
+    note = f"{result.rounds} successive-halving rounds{limit}"
+    options = result.options
+    return Outcome(tables.groups(result.grouping, options), tables.placements(options), stats(result.score, note))
 
 
 def _not_worse_than(outcome: Outcome, bases) -> Outcome:
