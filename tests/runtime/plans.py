@@ -132,3 +132,25 @@ def run_processes(run_dir: Path) -> list[int]:
         if str(run_dir) in cmdline:
             found.append(int(proc.name))
     return found
+
+
+def two_host_plan(sshd_hosts, workload: Workload, folder: Path) -> tuple[str, str]:
+    """hosts.txt for the first two sshd hosts and plan.json of `workload` disaggregated over them, in `folder`;
+    -> the two devices (generation's, the rest's)."""
+    from hetrl_cli.artifacts.io import save_artifact
+
+    a, b = sshd_hosts.addresses[:2]
+    (folder / "hosts.txt").write_text(sshd_hosts.hosts_line(a) + sshd_hosts.hosts_line(b))
+    d0, d1 = f"{a}:{sshd_hosts.port}/0", f"{b}:{sshd_hosts.port}/0"
+    save_artifact(disaggregated(workload, d0, d1), folder / "plan.json")
+    return d0, d1
+
+
+def run_two_hosts(sshd_hosts, folder: Path) -> subprocess.CompletedProcess[str]:
+    """`hetrl run` of `folder`'s two_host_plan (hf engine, run dir `run`), to the end."""
+    import sys
+
+    hetrl = str(Path(sys.executable).with_name("hetrl"))
+    argv = [hetrl, "run", "plan.json", "--hosts", "hosts.txt", "--known-hosts", str(sshd_hosts.known_hosts),
+            "--engine", "hf", "--run-dir", "run"]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, cwd=folder, timeout=120)

@@ -29,7 +29,17 @@ from hetrl_cli.artifacts.workload import ModelSpec
 from hetrl_cli.runtime.rundir import RunDir
 from hetrl_cli.runtime.tinymodel import cache_key
 
-from .plans import D0, GRPO_TASKS, disaggregated, hand_plan, on, run_processes, tiny_workload
+from .plans import (
+    D0,
+    GRPO_TASKS,
+    disaggregated,
+    hand_plan,
+    on,
+    run_processes,
+    run_two_hosts,
+    tiny_workload,
+    two_host_plan,
+)
 
 HETRL = str(Path(sys.executable).with_name("hetrl"))
 PROFILE = Path(__file__).resolve().parent.parent / "calibration" / "data" / "localhost-2cpu.json"
@@ -226,9 +236,7 @@ def test_multihost_run_is_private_and_listens_on_the_hosts_addresses(sshd_hosts,
     """Across two sshd hosts (127.0.0.2 and .3): the store listens on the main host's address, nothing on every
     interface, and what the remote launches write is private too (they ran with sshd's umask)."""
     a, b = sshd_hosts.addresses[:2]
-    (tmp_path / "hosts.txt").write_text(sshd_hosts.hosts_line(a) + sshd_hosts.hosts_line(b))
-    d0, d1 = f"{a}:{sshd_hosts.port}/0", f"{b}:{sshd_hosts.port}/0"
-    save_artifact(disaggregated(tiny_workload(), d0, d1), tmp_path / "plan.json")
+    two_host_plan(sshd_hosts, tiny_workload(), tmp_path)
     argv = [HETRL, "run", "plan.json", "--hosts", "hosts.txt", "--known-hosts", str(sshd_hosts.known_hosts),
             "--engine", "hf", "--steps", "1000", "--run-dir", str(tmp_path / "run")]  # fmt: skip
     found, code, stderr = run_until(argv, tmp_path, tmp_path / "run" / "metrics.jsonl", 150)
@@ -242,14 +250,9 @@ def test_multihost_run_is_private_and_listens_on_the_hosts_addresses(sshd_hosts,
 
 @pytest.mark.slow
 def test_multihost_preflight_checks_the_model_directory_on_every_host(sshd_hosts, tmp_path: Path) -> None:
-    a, b = sshd_hosts.addresses[:2]
-    (tmp_path / "hosts.txt").write_text(sshd_hosts.hosts_line(a) + sshd_hosts.hosts_line(b))
-    d0, d1 = f"{a}:{sshd_hosts.port}/0", f"{b}:{sshd_hosts.port}/0"
     workload = tiny_workload(actor=ModelSpec(arch="tiny", path=model_without_weights(tmp_path)))
-    save_artifact(disaggregated(workload, d0, d1), tmp_path / "plan.json")
-    result = subprocess.run([HETRL, "run", "plan.json", "--hosts", "hosts.txt", "--known-hosts",
-                             str(sshd_hosts.known_hosts), "--engine", "hf", "--run-dir", "run"],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    d0, d1 = two_host_plan(sshd_hosts, workload, tmp_path)
+    result = run_two_hosts(sshd_hosts, tmp_path)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "preflight failed on 2 of 2 hosts; nothing launched" in result.stderr
     for host in (d0, d1):

@@ -369,20 +369,13 @@ def test_parquet_chat_template_and_a_verl_reward_end_to_end(tiny_dir: Path, tmp_
 @pytest.mark.slow
 def test_multihost_preflight_maps_the_dataset_on_every_host(sshd_hosts, tmp_path: Path) -> None:
     """Each host loads the parquet file with the workload's column keys, and names a bad row in its report."""
-    from hetrl_cli.artifacts.io import save_artifact
+    from .plans import run_two_hosts, tiny_workload, two_host_plan
 
-    from .plans import disaggregated, tiny_workload
-
-    a, b = sshd_hosts.addresses[:2]
-    (tmp_path / "hosts.txt").write_text(sshd_hosts.hosts_line(a) + sshd_hosts.hosts_line(b))
-    d0, d1 = f"{a}:{sshd_hosts.port}/0", f"{b}:{sshd_hosts.port}/0"
     rows = [{"q": {"text": "1+1?"}, "answer": "2"}, {"q": {"text": None}, "answer": "4"}]
     path = write_parquet(tmp_path / "data.parquet", rows)
     dataset = {"kind": "parquet", "path": str(path), "prompt_key": "q.text"}
-    save_artifact(disaggregated(tiny_workload(dataset=dataset), d0, d1), tmp_path / "plan.json")
-    result = subprocess.run([HETRL, "run", "plan.json", "--hosts", "hosts.txt", "--known-hosts",
-                             str(sshd_hosts.known_hosts), "--engine", "hf", "--run-dir", "run"],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    d0, d1 = two_host_plan(sshd_hosts, tiny_workload(dataset=dataset), tmp_path)
+    result = run_two_hosts(sshd_hosts, tmp_path)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "preflight failed on 2 of 2 hosts; nothing launched" in result.stderr
     for host in (d0, d1):
