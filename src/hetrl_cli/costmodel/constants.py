@@ -1,11 +1,36 @@
 """Every constant the cost model uses, with its source or the reason for its value.
 
-Efficiencies are fractions of a device's figure in the profile (`Device.tflops(dtype)`, `memory_gbps`);
-calibration (issue 5) multiplies them per device class and link kind, so these are priors, not truths.
+Efficiencies are fractions of a device's achievable figures: the profile's probed `measured_tflops` and
+`memory_gbps`, or its datasheet figures × the generation's DATASHEET_*_FRACTION (devices.compute_tflops,
+devices.memory_Bps); calibration (issue 5) multiplies them per device class and link kind, so these are priors,
+not truths. The fitted ones cite the published figures of bench/published.py they were fitted on.
 Units are in the names: _s seconds, _Bps bytes/s, _bytes bytes, _FLOPs floating-point operations.
 """
 
 from __future__ import annotations
+
+# ---- datasheet figures → what a kernel reaches (per GPU generation) -----------------------------------------
+DATASHEET_MATMUL_FRACTION: dict[str, float] = {"hopper": 0.83, "ampere": 1.0}
+"""The GEMM rate a GPU reaches as a fraction of its datasheet dense peak, by generation (devices.gpu_generation:
+"hopper" from compute capability 9.0 on, "ampere" for every earlier one; Ada, Turing and Volta take the Ampere
+value, no figure was measured on them). Applied only where the profile's FLOP/s is the datasheet's (a catalog
+profile); a probed `measured_tflops` is used as it is. The efficiencies below are fractions of this rate.
+Fitted on the fit set of bench/published.py (docs/benchmarks.md, "The cost model against published GPU
+measurements"), with selective activation checkpointing priced as torchtitan runs it:
+- Hopper 0.83: torchtitan's Llama 3.1 8B, FSDP on 8 H100 (Grand Teton: 96 GB HBM2e, 500 W, a peak between
+  SXM and NVL), 5,762 tok/s/GPU (benchmarks/llama3_h100_202412_torchtitan.md, 2024-12); the same run on 128
+  H100 (a check) is then 1.00×. hetrl's probe on an H200 reached 658.9 of 989.5 TFLOP/s (0.67; one probe
+  shape, bench/results/gpu_check_h200), a lower bound.
+- Ampere 1.0 (the bound: the datasheet's 312 TFLOP/s, so TRAIN_MATMUL_EFFICIENCY's 0.9 alone): torchtitan's
+  Llama 3 8B and Llama 2 70B, FSDP on 64 A100 80GB, 2,973 and 353 tok/s/GPU (docs/performance.md at 157a12c,
+  2024-04-24): predicted 0.95× both; Llama 2 13B and Llama 3 70B (checks) 0.92× and 0.97×."""
+DATASHEET_HBM_FRACTION: dict[str, float] = {"hopper": 0.864, "ampere": 0.855}
+"""The memory bandwidth a streaming kernel reaches as a fraction of the datasheet figure, by generation, applied
+only where the profile's `memory_gbps` is the datasheet's (`peak_memory_gbps` equal to it: a catalog profile).
+Hopper 0.864: hetrl's probe on an H200 measured 4,148 of 4,800 GB/s (bench/results/gpu_check_h200, run1
+profile; the elementwise, optimizer and decode efficiencies below were measured against that probed figure).
+Ampere 0.855: fitted with HBM_EFFICIENCY on single-sequence decode (vLLM 0.23, Llama-3.1-8B on an A100 40GB,
+75 tok/s, johnmusgrave.com, read 2026-12-05) and the A100 training figures above."""
 
 # ---- achievable fractions of peak ---------------------------------------------------------------------------
 TRAIN_MATMUL_EFFICIENCY = 0.90
@@ -38,10 +63,13 @@ PREFILL_MFU = 0.50
 non-matmul work is not charged separately; on the H200 its kernels took 43 ms where this predicts 30)."""
 DECODE_MFU = 0.50
 """Compute side of a decode step (rarely binding: decode is memory bound below a few hundred sequences)."""
-HBM_EFFICIENCY = 0.80
-"""Fraction of HBM bandwidth a decode step achieves reading weights and KV cache (GEMV and paged attention
-kernels reach 70–90 % of the datasheet figure; a measured `memory_gbps` is already near-achievable, so
-calibration pushes this towards 1 for measured profiles)."""
+HBM_EFFICIENCY = 0.97
+"""Fraction of the achievable memory bandwidth (DATASHEET_HBM_FRACTION × a datasheet figure, or a probed one)
+a decode step reaches reading weights and KV cache: CUDA-graph GEMV and paged-attention kernels stream at the
+copy probe's rate. Fitted on single-sequence TPOT: Llama-3.1-8B on an H100 SXM, vLLM 0.21, 6.48 ms (Yobitel
+InferenceBench concurrency sweep, 2026-05-16; predicted 6.74) and on an A100 40GB, 75 tok/s (above; predicted
+74); at concurrency 4 (a check) 6.79 ms against 6.59. Was 0.80 of the datasheet figure (now 0.97 × 0.864 =
+0.84 on Hopper, 0.83 on Ampere)."""
 
 # ---- rollout engine (vLLM defaults) -------------------------------------------------------------------------
 GEN_MEMORY_UTILIZATION = 0.90
@@ -54,6 +82,15 @@ workspace the engine profiles for."""
 DECODE_STEP_OVERHEAD_S = 1.0e-3
 """Scheduler, sampling and launch time per decode step with CUDA graphs (vLLM V1 profiles show ~0.5–2 ms);
 a prior for calibration."""
+DECODE_SEQ_OVERHEAD_S = 0.0
+"""Host time per live sequence per decode step, on top of DECODE_STEP_OVERHEAD_S: sampling, the output
+processing and detokenization of each sequence's new token and its scheduling bookkeeping, which grow with the
+batch while the weight read does not. 0 for a current engine: at concurrency 8 (1,024-token prompts, 128
+out) vLLM 0.23 on an A100 gained 6.6× the tokens/s of one sequence (johnmusgrave.com, read 2026-12-05) where the
+KV reads alone, with prefill serial to decode, predict 5.6×, which leaves no room for a per-sequence host cost.
+Older engines had one: vLLM 0.6.0 ran Llama 3.1 8B at 3,958 tok/s with one scheduler step and 8,088 with ten
+(LambdaLabsML/vllm-benchmark benchmark_v0.md, 2024-09), ~30 ms of host work per step of 256 sequences. A
+calibration hook; the fit leaves it at 0."""
 KV_FOOTPRINT = "prompt + mean response"
 """Tokens a live sequence holds in the KV cache on average when sizing the decode batch: the prompt plus the
 mean response (the time-average is prompt + half the response; the extra half covers length variance and

@@ -89,8 +89,33 @@ def decode_slowdowns(devices) -> dict[str, float]:
     return out
 
 
+def gpu_generation(compute_capability: str | None) -> str:
+    """The key of constants.DATASHEET_MATMUL_FRACTION: "hopper" from compute capability 9.0 on (its datasheet
+    peak needs wgmma kernels), "ampere" for every earlier or unknown one."""
+    try:
+        major = int(str(compute_capability).split(".")[0])
+    except ValueError:
+        return "ampere"
+    return "hopper" if major >= 9 else "ampere"
+
+
+def datasheet_matmul_fraction(device) -> float:
+    """What of a datasheet matmul peak a GEMM reaches on this device's generation (compute_tflops applies it
+    to datasheet figures only)."""
+    return C.DATASHEET_MATMUL_FRACTION[gpu_generation(device.compute_capability)]
+
+
+def memory_Bps(device) -> float:
+    """Achievable memory bandwidth in bytes/s: the profile's figure, × its generation's DATASHEET_HBM_FRACTION
+    where that figure is the datasheet's (a catalog profile: `peak_memory_gbps` equal to it), not a probe's."""
+    datasheet = device.kind != "cpu" and device.peak_memory_gbps == device.memory_gbps
+    fraction = C.DATASHEET_HBM_FRACTION[gpu_generation(device.compute_capability)] if datasheet else 1.0
+    return device.memory_gbps * 1e9 * fraction
+
+
 def compute_tflops(devices, dtype: str) -> dict[str, float]:
-    """Each device's TFLOP/s at `dtype` (0 where the profile has no figure). Where the profile measured
+    """Each device's achievable TFLOP/s at `dtype` (0 where the profile has no figure): a measured figure as it
+    is, a datasheet peak × its generation's DATASHEET_MATMUL_FRACTION. Where the profile measured
     forward_tokens_per_s on CPU devices, their rates set the ratios: the fastest-measured device keeps its
     matmul figure and every other measured one is slower by its rate's ratio to it (a small model's passes
     under a cgroup quota on a shared machine can scale unlike the large matmul probe: docs/costmodel.md),
@@ -98,9 +123,13 @@ def compute_tflops(devices, dtype: str) -> dict[str, float]:
 
     def own(device) -> float:
         try:
-            return device.tflops(dtype)
+            rate = device.tflops(dtype)
         except KeyError:
             return 0.0
+        measured = dtype in device.measured_tflops or (
+            dtype not in device.peak_tflops and "fp32" in device.measured_tflops
+        )  # the table Device.tflops read
+        return rate if measured or device.kind == "cpu" else rate * datasheet_matmul_fraction(device)
 
     out = {d.id: own(d) for d in devices}
     measured = [d for d in devices if d.kind == "cpu" and d.forward_tokens_per_s and out[d.id]]
@@ -145,7 +174,7 @@ class Cluster:
             if key not in index:
                 cal = dev_cal.get(d.name, {})
                 flops = tflops[d.id] * 1e12 * cal.get("compute", 1.0)
-                mem_Bps = d.memory_gbps * 1e9 * cal.get("memory", 1.0)
+                mem_Bps = memory_Bps(d) * cal.get("memory", 1.0)
                 opt_Bps = mem_Bps * cal.get("optimizer", 1.0)
                 index[key] = len(self.classes)
                 self.classes.append(

@@ -118,7 +118,7 @@ class Generation:
             "memory": k * m_extra,
             "tp_comm": k * tpc,
             "pp_p2p": k * p2p,
-            "overhead": steps * C.DECODE_STEP_OVERHEAD_S * scale,
+            "overhead": (steps * C.DECODE_STEP_OVERHEAD_S + n_seq * Rm * C.DECODE_SEQ_OVERHEAD_S) * scale,
         }
         self._add_prefill(terms, g, n_seq)
         links = {"tp_comm": g.tp_labels[crit]}
