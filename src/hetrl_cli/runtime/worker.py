@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import sys
@@ -37,6 +38,7 @@ from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.rl import ALGORITHMS, TRAIN_TASKS
 from hetrl_cli.runtime import algorithms as alg
 from hetrl_cli.runtime import comm, tracking
+from hetrl_cli.runtime.engines.duty import duty_for
 from hetrl_cli.runtime.layout import ZERO_KINDS, Layout, Position
 from hetrl_cli.runtime.roles import (
     Actor,
@@ -91,12 +93,15 @@ class Timer:
         self.seconds: dict[str, float] = {}
         self.meter = meter
         self.peak: dict[str, int] = {}
+        self.entered: list[tuple[float, str]] = []
+        """(time, phase) of every phase entry, in order (the engine event log merges its events with them)."""
 
     @contextmanager
     def phase(self, name: str):
         if self.meter:
             self.meter.reset()
         start = time.perf_counter()
+        self.entered.append((start, name))
         try:
             yield
         finally:
@@ -129,6 +134,8 @@ class Worker:
         self.overlapped = plan.workload.mode == "async" and self.layout.overlaps_generation()
         """Async with generation on ranks of its own: the actor's weight sync overlaps the next training step
         (the leader sends after its report and trains on; generation receives before it generates)."""
+        self.duty = duty_for(self.generator, self.tasks, self.offloads, wl.precision)
+        """This rank's engine as the step drives it (sleep/wake when colocated, bucketed loads); None without one."""
 
     def leads(self, task: str) -> bool:
         """Whether this rank leads replica 0 of `task` (weight-sync source, checkpoint writer)."""
@@ -283,8 +290,10 @@ class Worker:
     def _engine(self, model_dir: Path):
         """The launch's engine (runtime/engines builds it), on this rank's device and generation position."""
         from hetrl_cli.runtime.engines import EngineBuild, build_engine
+        from hetrl_cli.runtime.engines.budget import engine_budget
 
         wl = self.workload
+        memory_bytes, kv_cache_bytes = engine_budget(self.plan, self.manifest.devices[self.rank])
         at = EngineBuild(
             model_dir=model_dir,
             device=self.device,
@@ -292,6 +301,8 @@ class Worker:
             seed=wl.seed,
             max_model_len=wl.max_prompt_tokens + wl.max_response_tokens,
             dtype=wl.precision,
+            memory_bytes=memory_bytes,
+            kv_cache_bytes=kv_cache_bytes,
         )
         return build_engine(self.manifest.engine, at)
 
@@ -355,7 +366,7 @@ class Worker:
             return []
         lo, hi = self.layout.tasks["generation"].range_of(self.rank)
         timer = timer or Timer()
-        with timer.phase("generation"), self.resident("generation"):
+        with timer.phase("generation"), self.resident("generation"), self.duty.generating():
             mine = self.generator.generate(step, self.prompts(step)[lo:hi])
         pos = self.position("generation")
         return mine if pos is not None and pos.tp_rank == 0 else []  # TP peers hold the same rollouts
@@ -463,10 +474,11 @@ class Worker:
 
     def sync_actor(self, wait: bool = True) -> None:
         """The leader of actor_train gathers the full weights from the ranks of its replica (TP shards, PP
-        stages), then sends one flat buffer over sync:actor; every generation rank keeps its own TP slices of
-        it. A generation engine on a rank that holds a whole training replica itself (the leader's, or any
-        one-rank replica colocated with one-rank generation) is updated in place from its own tensors, with no
-        transfer. `wait=False`: the leader returns with its sends on the wire (overlapped async)."""
+        stages), then sends them in bounded buckets over sync:actor in the workload's precision; every generation
+        rank loads each bucket into its engine as it arrives, keeping its own TP slices. A generation engine on a
+        rank that holds a whole training replica itself (the leader's, or any one-rank replica colocated with
+        one-rank generation) is updated in place from its own tensors, bucket by bucket, with no transfer.
+        `wait=False`: the leader returns with its sends on the wire (overlapped async)."""
         gathered = None
         if self.actor is not None and self.in_first_replica("actor_train"):
             gathered = self.actor.named_weights()
@@ -474,11 +486,10 @@ class Worker:
                 from hetrl_cli.runtime.engines import checksum_named
                 from hetrl_cli.runtime.precision import torch_dtype
 
-                # the hf engine holds the weights in the workload's dtype (vllm's builder loads fp32)
-                dtype = torch_dtype(self.workload.precision if self.manifest.engine == "hf" else "fp32")
+                dtype = torch_dtype(self.workload.precision)  # every engine holds the weights in it
                 self.synced_checksum = checksum_named((n, t.to(dtype)) for n, t in gathered)  # what they hold now
-        engine = self.generator.engine.update_weights if self.generator is not None else None
-        self._sync("actor_train", "generation", self.actor, gathered, engine, wait)
+        load = self.duty.load_buckets if self.duty is not None else None
+        self._sync("actor_train", "generation", self.actor, gathered, load, wait)
 
     def sync_critic(self) -> None:
         """PPO: the critic_train leader's weights to the critic_inference ranks (blocking; none in one group)."""
@@ -488,27 +499,37 @@ class Worker:
         if self.critic is not None and self.in_first_replica("critic_train"):
             critic_named = self.critic.named_weights()
         separate = self.critic_infer is not None and self.critic_infer is not self.critic
-        self._sync("critic_train", "critic_inference", self.critic, critic_named,
-                   self.critic_infer.load_weights if separate else None)  # fmt: skip
+        load = (lambda named_buckets: [self.critic_infer.load_weights(b) for b in named_buckets]) if separate else None
+        self._sync("critic_train", "critic_inference", self.critic, critic_named, load)
 
-    def _sync(self, source: str, target: str, trainer: Any, gathered: Any, apply: Any, wait: bool = True) -> None:
+    def _sync(self, source: str, target: str, trainer: Any, gathered: Any, load: Any, wait: bool = True) -> None:
         """One weight sync `source` -> `target` over `sync:<role>`: `gathered` is the leader's full weights,
-        `apply` loads full weights into this rank's inference copy (None: nothing to load here)."""
+        `load` takes an iterable of buckets of full weights into this rank's inference copy (None: nothing to
+        load here; the buckets still pass through: a relay member forwards them)."""
+        from hetrl_cli.runtime.engines import buckets
+        from hetrl_cli.runtime.engines.duty import sync_bucket_bytes
+        from hetrl_cli.runtime.precision import torch_dtype
+
         leader = self.layout.tasks[source].leader
         group = "sync:" + source.removesuffix("_train")
+        bucket_bytes = sync_bucket_bytes()
         if self.rank != leader and self.rank in self.layout.self_synced_ranks(source, target):
-            if apply is not None:  # this rank's own replica holds the same trained weights
-                apply(trainer.named_weights())
+            if load is not None:  # this rank's own replica holds the same trained weights
+                load(buckets(trainer.named_weights(), bucket_bytes))
         elif self.groups.has(group, self.rank):
             named = gathered if self.rank == leader else None
             channel = self.channels.get(group)
             if channel is None:
                 chain = self.layout.sync_chain(source, target)
-                channel = comm.WeightChannel(leader, self.groups.get(group), self.groups.size(group), chain)
+                dtype = torch_dtype(self.workload.precision)
+                channel = comm.WeightChannel(leader, self.groups.get(group), self.groups.size(group), chain,
+                                             self.device, dtype, bucket_bytes)  # fmt: skip
                 self.channels[group] = channel
-            received = channel.transfer(named, wait=wait)
-            if apply is not None:
-                apply(received)
+            stream = channel.stream(named, wait=wait)
+            if load is not None:
+                load(stream)
+            for _ in stream:  # whatever the loader left (none normally): every member moves every bucket
+                pass
 
     # reporting and checkpoints ---------------------------------------------------------------------------
     def times_weight_sync(self) -> bool:
@@ -526,6 +547,9 @@ class Worker:
             report["seconds"].pop("weight_sync", None)  # elsewhere the sync time is mostly waiting for training
         report["rank"] = self.rank
         report["memory"] = [self.memory.measure, timer.peak]
+        if self.duty is not None:  # the order the engine really slept, woke and loaded in (engines/duty.py)
+            with open(self.rundir.log(self.rank, "events"), "a", encoding="utf-8") as events:
+                events.write(json.dumps(self.duty.step_record(step, timer.entered)) + "\n")
         if self.manifest.verify_weights and self.generator is not None:
             report["engine_checksum"] = self.generator.engine.weights_checksum()
         if self.synced_checksum is not None:

@@ -14,17 +14,21 @@ that builds one: they need torch, and the runtime modules they use import layout
 Adding an engine is such a module, one row in ENGINES and its place in AUTO_ORDER. Nothing here imports torch
 or vllm at module level (the launcher and `hetrl --help` import it).
 
-Loading weights into an engine is its `update_weights` (HF-named full tensors, in place: hf keeps its TP slices,
-vllm reloads them in its engine core), so the trainer's weight sync never asks which engine it feeds.
+The contract (`RolloutEngine`): `generate`, `load_weights` (HF-named full tensors in bounded buckets, in place: hf
+keeps its TP slices, vllm loads them through its model's `load_weights` in its worker), `sleep(level)` / `wake()`
+(free the device between rollouts when generation shares it with training) and `memory_report()`. The worker
+talks to nothing else, so the trainer's weight sync never asks which engine it feeds, and a third engine (SGLang)
+is one new module implementing these methods plus a row in ENGINES.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from hetrl_cli.errors import BadInput
 
@@ -50,20 +54,101 @@ class Sampling:
     """Tokens never sampled (padding, BOS, UNK): a pad inside a response would confuse everything after."""
 
 
-class RolloutEngine(Protocol):
+DEFAULT_BUCKET_BYTES = 256 * 2**20
+"""Weight updates travel in buckets of at most this many bytes (one tensor larger than it is a bucket alone):
+the transient copy a sync makes is one bucket, not the whole state dict (30+ GB for an 8B model in fp32)."""
+
+Bucket = list[tuple[str, "Tensor"]]
+"""HF-named full tensors whose bytes add up to at most a bucket size."""
+
+
+def buckets(named: Iterable[tuple[str, Tensor]], bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> Iterator[Bucket]:
+    """`named` cut into consecutive buckets of at most `bucket_bytes` (a larger tensor travels alone); lazy, so a
+    generator of tensors (a cast per tensor) is never materialised whole."""
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+    bucket: Bucket = []
+    size = 0
+    for name, tensor in named:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    """What an engine holds on its device now (memory_report)."""
+
+    device: str
+    weights_bytes: int
+    """Bytes of model weights resident on the engine's device."""
+    cache_bytes: int
+    """Bytes of KV cache (or other generation cache) the engine keeps allocated between calls."""
+    asleep: int
+    """0 awake, else the sleep level it is in (1: weights in host memory, 2: weights discarded)."""
+    process_bytes: int = 0
+    """The process's own measure: CUDA bytes allocated by torch, or the resident set size on CPU."""
+
+
+class RolloutEngine(ABC):
+    """The contract every rollout engine implements; the worker calls nothing else.
+
+    Sleep levels follow vLLM's: 1 = weights moved to host memory and caches freed (wake brings them back);
+    2 = weights and caches discarded (the next `load_weights` must bring every weight before `generate`).
+    `load_weights` may be called asleep: an engine materialises its weights for it (vLLM: `wake_up(["weights"])`)
+    and `wake` then restores the rest (the KV cache)."""
+
     name: str
 
+    @abstractmethod
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[list[int]]:
         """Response token ids per prompt, cut after the first EOS (kept)."""
-        ...
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
-        """Load HF-named tensors into the engine's model in place."""
-        ...
+    @abstractmethod
+    def load_weights(self, named_buckets: Iterable[Bucket]) -> None:
+        """Load HF-named full tensors, bucket by bucket, into the engine's model in place."""
 
+    @abstractmethod
+    def sleep(self, level: int = 2) -> None:
+        """Free the device between rollouts (levels above)."""
+
+    @abstractmethod
+    def wake(self) -> None:
+        """Take the device back for the next rollout."""
+
+    @abstractmethod
+    def memory_report(self) -> EngineMemory:
+        """What the engine holds on its device now."""
+
+    @abstractmethod
     def weights_checksum(self) -> str:
         """sha256 of the engine's weights in HF naming (comparable with the trainer's)."""
-        ...
+
+    @property
+    def can_sleep(self) -> bool:
+        """Whether sleep() frees device memory here (vLLM's sleep mode needs a GPU build)."""
+        return True
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
+        """All weights at once, through `load_weights` in default-sized buckets."""
+        self.load_weights(buckets(named_tensors))
+
+
+def process_bytes(device: str) -> int:
+    """This process's memory on `device`: torch's CUDA bytes allocated, else the resident set size."""
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.memory_allocated(device))
+    import os
+
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def checksum_named(named_tensors: Iterable[tuple[str, Tensor]]) -> str:
@@ -108,6 +193,11 @@ class EngineBuild:
     """Longest prompt plus longest response of the workload."""
     dtype: str = "fp32"
     """The workload's precision: the engine holds its weights in it (bf16, fp16, fp32)."""
+    memory_bytes: int | None = None
+    """The engine's own share of its device from the plan (the generation figure less what the rank's other tasks
+    keep resident there); None where the plan gives none (engine defaults)."""
+    kv_cache_bytes: int | None = None
+    """The KV-cache budget that share leaves after the weights and work space (engines/budget.py)."""
 
 
 @dataclass(frozen=True)
@@ -134,8 +224,8 @@ class EngineSpec:
     """Its weights can live in host memory between generations (placement `offload`): the engine exposes the
     torch module as `model`."""
     sleep_wake: bool
-    """Can free its device memory between phases and take it back itself (vLLM's sleep mode); the runtime does
-    not use this yet (offload is how it frees memory)."""
+    """Can free its device memory between phases and take it back itself (hf: weights dropped or moved to host;
+    vLLM's sleep mode on GPU builds): the worker puts it to sleep while generation's devices train."""
     builder: str
     """`module:function` taking an EngineBuild and returning the engine (a RolloutEngine)."""
 
@@ -162,7 +252,7 @@ ENGINES: dict[str, EngineSpec] = {
         tp_generation=True,
         pp_generation=False,
         offload=True,
-        sleep_wake=False,
+        sleep_wake=True,
         builder="hetrl_cli.runtime.engines.hf:build",
     ),
     "vllm": EngineSpec(
@@ -175,7 +265,7 @@ ENGINES: dict[str, EngineSpec] = {
         tp_generation=False,
         pp_generation=False,
         offload=False,
-        sleep_wake=False,
+        sleep_wake=True,
         builder="hetrl_cli.runtime.engines.vllm:build",
     ),
 }

