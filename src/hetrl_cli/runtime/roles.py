@@ -86,13 +86,6 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _shard(model, parallel):
-    """The model cut to this rank's position (the whole model when `parallel` is None)."""
-    from hetrl_cli.runtime.parallel import Parallel, Shard
-
-    return Shard.build(model, parallel or Parallel.single())
-
-
 def _per_sequence(shard, rollouts: list[Rollout], pad_id: int, micro_batch: int, device: str, fn) -> list[Any]:
     """`fn(logits, batch)` -> [n, T] per micro-batch, without gradients; one row list per sequence, cut to its
     response length (empty on pipeline stages other than the last)."""
@@ -139,18 +132,6 @@ def _step(shard, optimizer, zero: Any, max_norm: float, dp: tuple[Any, int], sca
             inner.loss_scale = scaler.scale
         optimizer.step()
     return norm
-
-
-def _low_precision(shard, precision: str) -> list[Tensor] | None:
-    """Cast a trained shard (loaded in fp32) to the workload's precision; -> the fp32 weights it had, the
-    optimizer's initial master weights (None in fp32: the weights are their own masters)."""
-    if precision == "fp32":
-        return None
-    from hetrl_cli.runtime.precision import torch_dtype
-
-    masters = [p.detach().clone() for _, p in shard.held]
-    shard.model.to(torch_dtype(precision))  # the same Parameter objects (shard.held stays valid), new data
-    return masters
 
 
 def sequence_seed(seed: int, step: int, index: int) -> int:
@@ -201,9 +182,9 @@ class Reference:
         parallel: Any = None,
         precision: str = "fp32",
     ) -> None:
-        from hetrl_cli.runtime.tinymodel import load_causal_lm
+        from hetrl_cli.runtime.loading import load_shard
 
-        self.shard = _shard(load_causal_lm(model_dir, precision).to(device).requires_grad_(False), parallel)
+        self.shard = load_shard(model_dir, parallel, device, precision).shard  # this rank's piece only
         self.shard.head_outside = True
         self.model = self.shard.model
         self.pad_id, self.micro_batch, self.device = pad_id, micro_batch, device
@@ -242,14 +223,14 @@ class Actor:
     ) -> None:
         """`zero` (sharding.Zero): ZeRO over the task's replicas; `recompute`: activation checkpointing;
         `precision`: weights, gradients and compute in it, fp32 master weights in the optimizer (precision.py)."""
+        from hetrl_cli.runtime.loading import load_shard
         from hetrl_cli.runtime.precision import LossScaler
-        from hetrl_cli.runtime.tinymodel import load_causal_lm
 
-        self.shard = _shard(load_causal_lm(model_dir).to(device), parallel)
+        loaded = load_shard(model_dir, parallel, device, precision, trained=True)  # this rank's piece only
+        self.shard, masters = loaded.shard, loaded.masters
         self.shard.head_outside = True
         self.model = self.shard.model
         _trainable(self.shard, recompute)
-        masters = _low_precision(self.shard, precision)
         self.zero = zero
         self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.lr, rl.weight_decay, zero,
                                         masters)  # fmt: skip
@@ -358,17 +339,14 @@ class Critic:
     ) -> None:
         """Weights in `precision`; trained (not `frozen`, a critic-inference copy): fp32 master weights in the
         optimizer (runtime/precision.py)."""
-        import torch
-        from transformers import AutoModelForTokenClassification
-
+        from hetrl_cli.runtime.loading import load_shard
         from hetrl_cli.runtime.precision import LossScaler
 
-        torch.manual_seed(seed)  # the value head is freshly initialised (in fp32): identical on every critic rank
-        model = AutoModelForTokenClassification.from_pretrained(str(model_dir), num_labels=1).to(device)
-        self.shard = _shard(model, parallel)
+        # this rank's piece only; the value head freshly initialised from `seed`: identical on every critic rank
+        loaded = load_shard(model_dir, parallel, device, precision, head="token", seed=seed, trained=True)
+        self.shard, masters = loaded.shard, loaded.masters
         self.model = self.shard.model
         _trainable(self.shard, recompute)
-        masters = _low_precision(self.shard, precision)
         self.zero = zero
         self.scaler = LossScaler(precision == "fp16" and not frozen)
         self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.critic_lr, rl.weight_decay,
@@ -474,17 +452,11 @@ class RewardModel:
         parallel: Any = None,
         precision: str = "fp32",
     ) -> None:
-        import torch
-        from transformers import AutoModelForSequenceClassification
+        from hetrl_cli.runtime.loading import load_shard
 
-        from hetrl_cli.runtime.precision import torch_dtype
-
-        torch.manual_seed(seed)
-        model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), num_labels=1,
-                                                                   dtype=torch_dtype(precision))  # fmt: skip
-        model.config.pad_token_id = pad_id
-        self.shard = _shard(model.to(device).eval().requires_grad_(False), parallel)
+        self.shard = load_shard(model_dir, parallel, device, precision, head="sequence", seed=seed).shard
         self.model = self.shard.model
+        self.model.config.pad_token_id = pad_id
         self.pad_id, self.micro_batch, self.device = pad_id, micro_batch, device
 
     def scores(self, rollouts: list[Rollout], records: list[Record]) -> list[float]:
