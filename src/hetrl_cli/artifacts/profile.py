@@ -49,6 +49,11 @@ class Device(Strict):
     forward_tokens_per_s: float | None = Field(default=None, gt=0)
     """A CPU device's rate on the profiler's toy full-sequence forward pass (probe.forward_tokens_per_s): how
     fast small-model passes run there relative to other CPU devices; None where not measured."""
+    price_per_gpu_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """US dollars per hour of this device (what renting it costs; `hetrl plan --objective cost`); None where
+    unknown. Not a hardware fact: left out of the fingerprint, so a new price does not make plans stale."""
+    price_source: Annotated[str, Field(max_length=500)] | None = None
+    """Where the price comes from (the catalog's list price with its URL and date, or cluster.yaml)."""
 
     def tflops(self, dtype: str) -> float:
         """Achievable TFLOP/s for `dtype`: measured if we have it, else peak, else fp32 figures."""

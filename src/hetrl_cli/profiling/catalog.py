@@ -65,6 +65,31 @@ class Interconnect(Strict):
     source: str
 
 
+class GpuPrice(Strict):
+    """A published on-demand list price of an instance with this GPU, as read (docs/catalog.md "Prices")."""
+
+    provider: str
+    instance: str
+    gpus_per_instance: int = Field(gt=0)
+    instance_usd_per_hour: float = Field(gt=0)
+    region: str
+    url: str
+    date: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
+    """When the price was read (list prices change; re-read before trusting a cost)."""
+    note: str = ""
+
+    @property
+    def usd_per_gpu_hour(self) -> float:
+        return self.instance_usd_per_hour / self.gpus_per_instance
+
+    def label(self) -> str:
+        """'AWS p5.48xlarge us-east-1 on-demand, 55.04 $/h / 8 GPUs (2026-11-09)': the profile's price_source."""
+        return (
+            f"{self.provider} {self.instance} {self.region} on-demand, {self.instance_usd_per_hour} $/h / "
+            f"{self.gpus_per_instance} GPU{'s' if self.gpus_per_instance > 1 else ''} ({self.date}, {self.url})"
+        )
+
+
 class GpuSpec(Strict):
     """One GPU type's datasheet figures."""
 
@@ -87,6 +112,8 @@ class GpuSpec(Strict):
     """Key into the catalog's `interconnects`."""
     source: str
     """The datasheet the figures come from."""
+    price: GpuPrice | None = None
+    """Published on-demand price; None where none was found (then cluster.yaml must give one for cost plans)."""
 
     @property
     def memory_bytes(self) -> int:
@@ -219,6 +246,9 @@ class NodeGroup(Strict):
     """Host names are `{name_prefix}-{i}`; default: the GPU type's catalog prefix (a100, l40s, ...)."""
     intra_link: PartialLinkSpec | None = None
     """Override the GPU-to-GPU link inside these nodes (default: the catalog's NVLink/PCIe figures)."""
+    price_per_gpu_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """US dollars per GPU-hour for these nodes (your contract, spot, another region); default: the catalog's
+    on-demand list price, where it has one."""
 
 
 class RegionPair(LinkSpec):
@@ -498,7 +528,17 @@ def _links(spec: ClusterSpec, hosts: list[_HostPlan], where: str) -> list[Link]:
     return links
 
 
+def _price(group: NodeGroup, gpu: GpuSpec, index: int) -> tuple[float | None, str | None]:
+    """($/GPU-hour, where it comes from) of a node group: its own price, else the catalog's, else unknown."""
+    if group.price_per_gpu_hour is not None:
+        return group.price_per_gpu_hour, f"cluster.yaml node_groups.{index}.price_per_gpu_hour"
+    if gpu.price is not None:
+        return gpu.price.usd_per_gpu_hour, f"catalog: {gpu.price.label()}"
+    return None, None
+
+
 def _devices(host: _HostPlan, group: NodeGroup, gpu: GpuSpec) -> list[Device]:
+    price, price_source = _price(group, gpu, host.group)
     return [
         Device(
             id=f"{host.name}/{index}",
@@ -511,6 +551,8 @@ def _devices(host: _HostPlan, group: NodeGroup, gpu: GpuSpec) -> list[Device]:
             memory_gbps=gpu.memory_gbps,
             peak_memory_gbps=gpu.memory_gbps,
             compute_capability=gpu.compute_capability,
+            price_per_gpu_hour=price,
+            price_source=price_source,
         )
         for index in range(group.gpus_per_node)
     ]
