@@ -187,6 +187,15 @@ def newest_profile(folder: Path = Path("profiles")) -> Path:
     return candidates[0]
 
 
+def _plan_line(result) -> str:
+    """'12.3 s/iteration, 4.5 samples/s, $0.0123/iteration (ilp, optimal)': what `hetrl plan` says it wrote."""
+    price = f", ${result.price.usd_per_iteration:.4g}/iteration" if result.price else ""
+    return (
+        f"{result.cost.iteration_s:.3g} s/iteration, {result.cost.samples_per_s:.3g} samples/s{price} "
+        f"({result.solver.solver}, {result.solver.status})"
+    )
+
+
 @app.command()
 def plan(
     profile_file: Annotated[
@@ -220,8 +229,14 @@ def plan(
     write_model: Annotated[
         Path | None, typer.Option("--write-model", help="ILP: also write its MILPs to this folder as MPS and LP.")
     ] = None,
+    objective: Annotated[
+        str, typer.Option("--objective", help="time (s/iteration) | cost ($/iteration of the devices used).")
+    ] = "time",
+    max_cost_per_hour: Annotated[
+        float | None, typer.Option("--max-cost-per-hour", help="Only plans whose used devices cost at most $X/hour.")
+    ] = None,
 ) -> None:
-    """Choose task grouping, devices and TP/PP/DP per task that minimise predicted iteration time."""
+    """Choose task grouping, devices and TP/PP/DP per task that minimise predicted iteration time (or cost)."""
     from hetrl_cli.artifacts.io import check_writable, load_artifact, save_artifact
     from hetrl_cli.artifacts.profile import ClusterProfile
     from hetrl_cli.artifacts.workload import Workload, load_workload
@@ -251,16 +266,15 @@ def plan(
         calibration=factors,
         mip_solver=mip_solver,
         write_model=write_model,
+        objective=objective,
+        max_cost_per_hour=max_cost_per_hour,
     )
     target = output or ("-" if json_out else f"plans/{result.name}.json")
     save_artifact(result, target)
     if json_out and target != "-":
         save_artifact(result, "-")
     elif target != "-":
-        console.print(
-            f"wrote {target}: {result.cost.iteration_s:.3g} s/iteration, "
-            f"{result.cost.samples_per_s:.3g} samples/s ({result.solver.solver}, {result.solver.status})"
-        )
+        console.print(f"wrote {target}: {_plan_line(result)}")
     for warning in result.warnings:  # what the plan means (bf16 without bf16 arithmetic, async without effect)
         sys.stderr.write(f"hetrl: warning: {warning}\n")
 

@@ -128,6 +128,21 @@ class PlanCost(Strict):
     """One sentence: what bounds the iteration."""
 
 
+class PlanPrice(Strict):
+    """What the plan costs to rent, from the profile's prices of the devices its groups hold (idle devices
+    are not rented). docs/planner.md "Cost" defines each figure."""
+
+    usd_per_hour: float = Field(ge=0)
+    usd_per_iteration: float = Field(ge=0)
+    usd_per_million_tokens: float = Field(ge=0)
+    tokens_per_iteration: float = Field(gt=0)
+    """Generated (response) tokens plus the tokens actor_train passes over (prompt + response, per PPO epoch)."""
+    max_usd_per_hour: float | None = Field(default=None, gt=0)
+    """The cap the plan was made under (`--max-cost-per-hour`), if any."""
+    devices: int = Field(default=0, ge=0)
+    """How many devices are rented."""
+
+
 class SolverStats(Strict):
     solver: str
     """ilp, hybrid, verl, streamrl, manual."""
@@ -167,6 +182,12 @@ class Plan(Artifact):
     """What the plan means that a user must know before running it, one sentence each (bf16 on devices
     without bf16 arithmetic; async that cannot overlap): `plan` prints them on stderr, `show` under the
     summary. Empty in plans written before hetrl recorded them."""
+    objective: Literal["time", "cost"] = "time"
+    """What the planner minimised: seconds per iteration, or dollars per iteration (`--objective`); the solver's
+    `objective` value is in that unit."""
+    price: PlanPrice | None = None
+    """Dollars per hour, iteration and million tokens; None where a used device has no price (and in plans
+    written before hetrl recorded prices)."""
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Plan:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,7 @@ from hetrl_cli.artifacts.rl import TASK_ROLE
 from hetrl_cli.artifacts.workload import Workload
 from hetrl_cli.costmodel.types import GroupPlacement, PlanEstimate, TaskPlacement
 from hetrl_cli.errors import BadInput, Infeasible
+from hetrl_cli.planner.cost import Objective, make_objective, priced
 from hetrl_cli.planner.search import MIN_STAGE_S, Budget
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ def make_plan(
     calibration: dict | None = None,
     mip_solver: str | None = None,
     write_model: Path | None = None,
+    objective: str = "time",
+    max_cost_per_hour: float | None = None,
 ) -> Plan:
     """Plan `workload` on `profile` with `solver` ('auto', 'ilp', 'hybrid', 'verl', 'streamrl').
 
@@ -70,7 +73,9 @@ def make_plan(
     final re-scoring (the solver gets what is left). It is made here, once, from `budget_s` and `max_evals`
     (`--budget`, `--max-evals`); every stage asks it or a part of it (planner/search.py). `calibration` is
     `Calibration.factors()` (hetrl calibrate): the cost model every solver scores with. `mip_solver` (a pyomo
-    solver name) and `write_model` (a folder for the leaves as MPS/LP) apply to the ILP (planner/ilp_pyomo.py)."""
+    solver name) and `write_model` (a folder for the leaves as MPS/LP) apply to the ILP (planner/ilp_pyomo.py).
+    `objective` ('time' or 'cost': $/iteration) and `max_cost_per_hour` (a cap on the used devices' $/hour) are
+    planner/cost.py's; they need the profile's prices."""
     start = time.monotonic()
     from hetrl_cli.costmodel.architectures import check_executable
     from hetrl_cli.costmodel.model import CostModel
@@ -88,16 +93,17 @@ def make_plan(
     budget = Budget(budget_s, max_evals, start=start)
     cost_model = CostModel(profile, workload, calibration)
     tables = Tables(cost_model, profile, workload)
+    tables.objective = make_objective(profile, objective, max_cost_per_hour)
     check_feasible(tables)
     plan_name = name or f"{profile.name}-{solver}"
     with progress_reporter() as report:
-        outcome = _solve(tables, solver, budget.first(1 - FINISH_SHARE), seed, report, leaves)
+        outcome = _solve_priced(tables, solver, budget.first(1 - FINISH_SHARE), seed, report, leaves)
         outcome.stats.seconds = time.monotonic() - start
     estimate = cost_model.evaluate(outcome.groups, outcome.placements)
     if not estimate.feasible:  # never emit a plan that does not fit
         raise Infeasible(f"the {solver} plan does not fit after re-scoring: {estimate.violations[0]}")
-    _check_objective(outcome.stats, estimate)
-    return to_plan(cost_model, estimate, outcome.groups, outcome.stats, plan_name)
+    _check_objective(outcome.stats, estimate, tables.objective, [d for g in outcome.groups for d in g.devices])
+    return priced(to_plan(cost_model, estimate, outcome.groups, outcome.stats, plan_name), tables.objective)
 
 
 def _solve(tables, solver: str, budget: Budget, seed: int, report, leaves: LeafOptions | None = None) -> Outcome:
@@ -109,10 +115,12 @@ def _solve(tables, solver: str, budget: Budget, seed: int, report, leaves: LeafO
         base = baselines.BASELINES[solver](tables)
         if base is None:
             raise Infeasible(f"the {solver} baseline finds no layout that fits: {baselines.failure(tables, solver)}")
+        if math.isinf(_key(tables, base)):
+            raise Infeasible(f"the {solver} baseline's plan is over the cap: {tables.objective.over_cap_message()}")
         stats = SolverStats(
             solver=solver,
             status="heuristic",
-            objective=base.iteration_s,
+            objective=_key(tables, base),
             seconds=time.monotonic() - start,
             evaluations=tables.counters.task_calls,
             note=base.note,
@@ -120,16 +128,25 @@ def _solve(tables, solver: str, budget: Budget, seed: int, report, leaves: LeafO
         return Outcome(base.groups, base.placements, stats)
     report("baselines")
     bases = [b for b in (baselines.verl(tables), baselines.streamrl(tables)) if b is not None]
+    bases = [b for b in bases if math.isfinite(_key(tables, b))]  # the cap holds for them too
     note = ""
     if solver == "auto":
         solver, note = choose_solver(tables, budget)
-    if solver == "ilp":
+    if solver == "ilp" and tables.objective.kind == "cost":
+        from hetrl_cli.planner.cost_ilp import run_cost_ilp
+
+        first = _incumbent(tables, budget.first(ILP_HYBRID_SHARE), seed, bases, report)
+        leaf = leaves.leaf_solver() if leaves is not None else None
+        outcome = run_cost_ilp(tables, budget, first, report, leaf) or first  # type: ignore[assignment]
+        if outcome is None:  # no ILP space and no hybrid plan: the hybrid's own answer (or its exit 3)
+            outcome = run_hybrid(tables, budget.at_least(FALLBACK_MIN_S), seed, bases, report)
+    elif solver == "ilp":
         outcome = run_ilp(tables, budget, seed, bases, report, leaves)
     else:
         outcome = run_hybrid(tables, budget, seed, bases, report)
     if note:
         outcome.stats.note = f"auto: {note}; {outcome.stats.note}"
-    return _not_worse_than(outcome, bases)
+    return _not_worse_than(outcome, bases, tables)
 
 
 def choose_solver(tables, budget: Budget) -> tuple[str, str]:
@@ -200,7 +217,7 @@ def _incumbent(tables, budget: Budget, seed: int, bases, report) -> Outcome | No
         outcome = run_hybrid(tables, budget, seed, bases, report, until_found=False)
     except Infeasible:
         return None
-    return _not_worse_than(outcome, bases)
+    return _not_worse_than(outcome, bases, tables)
 
 
 def _incumbent_outcome(first: Outcome, result, note: str) -> Outcome:
@@ -237,9 +254,9 @@ def run_hybrid(tables, budget: Budget, seed: int, bases, report, until_found: bo
                            evaluations=result.evaluations, seed=seed, note=note)  # fmt: skip
 
     if result.options is None and bases:  # the baselines' plans are candidates too, also where no genome holds them
-        best = min(bases, key=lambda b: b.iteration_s)
+        best = min(bases, key=lambda b: _key(tables, b))
         note = f"the search found no plan in {result.evaluations} evaluations; the {best.name} baseline's plan"
-        return Outcome(best.groups, best.placements, stats(best.iteration_s, note))
+        return Outcome(best.groups, best.placements, stats(_key(tables, best), note))
     if result.options is None:
         raise Infeasible(f"the hybrid search found no plan that fits: {explain_infeasible(tables, result.evaluations)}")
     limit = f", max_evals={budget.max_evals}" if budget.max_evals else ""
@@ -248,17 +265,17 @@ def run_hybrid(tables, budget: Budget, seed: int, bases, report, until_found: bo
     return Outcome(tables.groups(result.grouping, options), tables.placements(options), stats(result.score, note))
 
 
-def _not_worse_than(outcome: Outcome, bases) -> Outcome:
+def _not_worse_than(outcome: Outcome, bases, tables) -> Outcome:
     """Swap in the better baseline's plan if the search result is worse (it seeds the search, so this only
     happens when the search space cannot express it, e.g. uniform shares beating balanced ones)."""
     if not bases:
         return outcome
-    best = min(bases, key=lambda b: b.iteration_s)
+    best = min(bases, key=lambda b: _key(tables, b))
     mine = outcome.stats.objective if outcome.stats.objective is not None else math.inf
-    if best.iteration_s < mine * (1 - 1e-9):
+    if _key(tables, best) < mine * (1 - 1e-9):
         stats = outcome.stats.model_copy(
             update={
-                "objective": best.iteration_s,
+                "objective": _key(tables, best),
                 "note": f"{outcome.stats.note}; the {best.name} baseline's plan was better and is returned",
                 "status": "heuristic" if outcome.stats.solver == "hybrid" else "feasible",
             }
@@ -267,14 +284,37 @@ def _not_worse_than(outcome: Outcome, bases) -> Outcome:
     return outcome
 
 
-def _check_objective(stats: SolverStats, estimate: PlanEstimate) -> None:
-    """The solver's objective must equal evaluate() of its plan; say so in the note if it does not."""
+def _key(tables, base) -> float:
+    """A baseline plan's value under the planner's objective (inf over the cap)."""
+    return tables.objective.key(base.iteration_s, [d for g in base.groups for d in g.devices])
+
+
+def _solve_priced(tables, solver: str, budget: Budget, seed: int, report, leaves) -> Outcome:
+    """`_solve`; under a cap, a search that finds nothing says so with the cheapest fitting plan's $/hour."""
+    try:
+        return _solve(tables, solver, budget, seed, report, leaves)
+    except Infeasible as exc:
+        objective = tables.objective
+        if objective.max_cost_per_hour is None or "over the cap" in str(exc):
+            raise
+        raise Infeasible(objective.over_cap_message()) from None
+
+
+def _check_objective(
+    stats: SolverStats, estimate: PlanEstimate, objective: Objective | None = None, devices: Sequence[str] = ()
+) -> None:
+    """The solver's objective must equal evaluate() of its plan (seconds, or $/iteration under the cost
+    objective); say so in the note if it does not."""
+    value = estimate.iteration_s
+    if objective is not None and objective.kind == "cost":
+        value = objective.score(estimate.iteration_s, devices)
+    unit = "s" if objective is None or objective.kind == "time" else "$"
     if stats.objective is None:
-        stats.objective = estimate.iteration_s
+        stats.objective = value
         return
-    if abs(stats.objective - estimate.iteration_s) > 1e-6 * max(1.0, estimate.iteration_s):
-        stats.note += f"; objective {stats.objective:.6g} s ≠ re-scored {estimate.iteration_s:.6g} s (re-scored kept)"
-        stats.objective = estimate.iteration_s
+    if abs(stats.objective - value) > 1e-6 * max(1.0, value):
+        stats.note += f"; objective {stats.objective:.6g} {unit} ≠ re-scored {value:.6g} {unit} (re-scored kept)"
+        stats.objective = value
 
 
 def check_feasible(tables) -> None:

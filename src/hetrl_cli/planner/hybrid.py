@@ -180,7 +180,7 @@ class Hybrid:
             if option is None:
                 return Candidate(tuple(genome), math.inf, None)
             options.append(relabel(option, dict(zip(canonical, actual, strict=True))))
-        return Candidate(tuple(genome), self.tables.score(grouping, options), options)
+        return self.tables.objective.candidate(tuple(genome), self.tables.score(grouping, options), options)
 
     # --- measured time: who is the bottleneck, who has slack -----------------------------------
 

@@ -257,6 +257,7 @@ class IlpModel:
         self.f_weight_sync()
         self.g_transfers()
         self.h_iteration()
+        self.i_cost_cap()
 
     def a_one_grouping(self) -> None:
         """(a) Σ_G y_G = 1."""
@@ -403,6 +404,16 @@ class IlpModel:
         else:
             for lane in lanes(False):
                 lp.row(_expr((1.0, self._lane(lane)), (-1.0, self.T)), upper=0.0)
+
+    def i_cost_cap(self) -> None:
+        """(i) Σ_{S,P} price(P)·x[S,P] ≤ --max-cost-per-hour: the devices the groups take, at $/hour
+        (planner/cost.py; idle devices are not rented)."""
+        objective = self.tables.objective
+        if objective.max_cost_per_hour is None:
+            return
+        pools, classes = self.space.pools, self.tables.classes
+        terms = {col: objective.pool_hourly(classes, pools[p]) for (_, p), col in self.x.items()}
+        self.lp.row(terms, upper=objective.max_cost_per_hour)
 
     def _lane(self, lane: Lane) -> dict[int, float]:
         """Σ of a lane's terms as columns, in column order (so each row is, entry for entry, the one written

@@ -81,6 +81,7 @@ def _spec(device: Device) -> tuple:
         device.cores,
         device.decode_steps_per_s,
         device.forward_tokens_per_s,
+        device.price_per_gpu_hour,  # devices priced differently are not interchangeable under a cost objective
     )
 
 

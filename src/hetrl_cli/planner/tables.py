@@ -17,6 +17,7 @@ from hetrl_cli.artifacts.rl import PHASES, SYNCED, TASK_ROLE, TaskName, sync_rol
 from hetrl_cli.artifacts.workload import Workload
 from hetrl_cli.costmodel.compose import iteration_s, overlaps, span
 from hetrl_cli.costmodel.types import GroupPlacement, TaskEstimate, TaskPlacement
+from hetrl_cli.planner.cost import Objective
 from hetrl_cli.planner.space import (
     DeviceClass,
     Layout,
@@ -105,6 +106,8 @@ class Tables:
             arch = resolve(workload.model_for(TASK_ROLE[task]))
             self.shapes[task] = ModelShape(arch.num_heads, arch.num_kv_heads, arch.num_layers)
         self.counters = Counters()
+        self.objective = Objective()
+        """What the searches minimise (time, or $/iteration under a $/hour cap: planner/cost.py); make_plan sets it."""
         self.depths = depths
         """Fitting pipeline depths kept per TP degree (the ILP: DEPTHS; the hybrid's quick tables: 1)."""
         self.joint_keep = joint_keep

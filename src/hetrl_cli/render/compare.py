@@ -41,6 +41,8 @@ class CompareRow:
             return seconds(value)
         if self.unit == "devices":
             return str(int(value))
+        if self.unit == "$":
+            return f"${value:.4g}"
         return f"{si(value)} {self.unit}"
 
 
@@ -62,10 +64,19 @@ class Comparison:
         a, b = self.a.plan, self.b.plan
         times = f"{seconds(a.cost.iteration_s)} vs {seconds(b.cost.iteration_s)} per iteration"
         if self.faster is None:
-            return f"a ({a.name}) and b ({b.name}) are equally fast: {times}"
+            return f"a ({a.name}) and b ({b.name}) are equally fast: {times}{self.cost_verdict()}"
         winner, loser = ("a", "b") if self.faster == "a" else ("b", "a")
         names = {"a": a.name, "b": b.name}
-        return f"{winner} ({names[winner]}) is {self.speedup:.2f}× faster than {loser} ({names[loser]}): {times}"
+        verdict = f"{winner} ({names[winner]}) is {self.speedup:.2f}× faster than {loser} ({names[loser]}): {times}"
+        return verdict + self.cost_verdict()
+
+    def cost_verdict(self) -> str:
+        """`; b costs 0.62× a per iteration ($0.104 vs $0.167)` where both plans have prices, else ''."""
+        pa, pb = self.a.plan.price, self.b.plan.price
+        if pa is None or pb is None or pa.usd_per_iteration <= 0:
+            return ""
+        ratio = pb.usd_per_iteration / pa.usd_per_iteration
+        return f"; b costs {ratio:.2f}× a per iteration (${pb.usd_per_iteration:.4g} vs ${pa.usd_per_iteration:.4g})"
 
 
 def compare_plans(a: PlanDigest, b: PlanDigest) -> Comparison:
@@ -85,6 +96,23 @@ def plan_rows(a: PlanDigest, b: PlanDigest) -> list[CompareRow]:
         CompareRow("weight sync", ca.weight_sync_s, cb.weight_sync_s, "s"),
         CompareRow("transfers", ca.transfer_s, cb.transfer_s, "s"),
         CompareRow("devices used", len(a.used), len(b.used), "devices"),
+        *price_rows(a, b),
+    ]
+
+
+def price_rows(a: PlanDigest, b: PlanDigest) -> list[CompareRow]:
+    """$/hour, $/iteration and $/1M tokens of each plan (— where a plan has no prices); none if neither has."""
+    pa, pb = a.plan.price, b.plan.price
+    if pa is None and pb is None:
+        return []
+    fields = (
+        ("$/hour", "usd_per_hour"),
+        ("$/iteration", "usd_per_iteration"),
+        ("$/1M tokens", "usd_per_million_tokens"),
+    )
+    return [
+        CompareRow(metric, getattr(pa, key) if pa else None, getattr(pb, key) if pb else None, "$")
+        for metric, key in fields
     ]
 
 

@@ -35,6 +35,8 @@ def plan_summary(d: PlanDigest) -> dict[str, Any]:
         "breakdown": cost.breakdown,
         "bottleneck": d.bottleneck,
         "warnings": list(plan.warnings),
+        "objective": plan.objective,
+        "price": plan.price.model_dump() if plan.price is not None else None,
         "solver": plan.solver.model_dump(),
         "devices": _device_counts(d),
         "groups": [_group(d, g.name) for g in plan.groups],

@@ -54,11 +54,24 @@ def summary_rows(d: PlanDigest) -> list[tuple[str, str]]:
         ),
         ("devices", devices_line(d)),
     ]
+    if plan.price is not None:
+        rows.insert(rows.index(("devices", devices_line(d))), ("cost", price_line(plan)))
     if cost.breakdown:
         rows.append(("critical path", breakdown_line(cost.breakdown, cost.iteration_s)))
     rows.append(("sync/transfer", f"weight sync {seconds(cost.weight_sync_s)} · transfers {seconds(cost.transfer_s)}"))
     rows.append(("solver", solver_line(d)))
     return rows
+
+
+def price_line(plan) -> str:
+    """`$0.167/iteration · $0.0798/1M tokens · $3.43/hour for 1 device · objective cost`."""
+    p = plan.price
+    cap = f" (cap ${p.max_usd_per_hour:g}/hour)" if p.max_usd_per_hour is not None else ""
+    return (
+        f"${p.usd_per_iteration:.4g}/iteration · ${p.usd_per_million_tokens:.4g}/1M tokens · "
+        f"${p.usd_per_hour:.4g}/hour for {p.devices} device{'s' if p.devices != 1 else ''}{cap} · "
+        f"objective {plan.objective}"
+    )
 
 
 def devices_line(d: PlanDigest) -> str:
