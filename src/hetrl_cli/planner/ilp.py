@@ -8,6 +8,7 @@ those exact placements. Constraint families, as docs/planner.md labels them:
   (c) device-class capacity   (d) at most two partial sub-hosts per class (so pair costs are exact)
   (e) phase maxima            (f) weight sync between groups (linearised per pool row)
   (g) transfers between groups (same linearisation)   (h) iteration: sync sum, or the async max
+  (i) the used devices' $/hour under --max-cost-per-hour (planner/cost.py; --objective cost: cost_ilp.py)
 """
 
 from __future__ import annotations
