@@ -49,3 +49,19 @@ def test_bad_prices_are_one_line(bad) -> None:
     with pytest.raises(BadInput, match=r"node_groups\.0\.price_per_gpu_hour") as err:
         profile_from_cluster(spec([{"gpu": "H100", "gpus_per_node": 1, "price_per_gpu_hour": bad}]))
     assert "\n" not in str(err.value)
+
+
+def test_docs_price_table_matches_the_catalog() -> None:
+    from pathlib import Path
+
+    docs = (Path(__file__).parent.parent / "docs" / "catalog.md").read_text(encoding="utf-8")
+    for gpu in load_catalog().gpus:
+        p = gpu.price
+        if p is None:
+            row = f"| {gpu.name} | unknown | — | — | — | none found |"
+        else:
+            row = (
+                f"| {gpu.name} | {p.usd_per_gpu_hour:.4g} | {p.instance}: {p.instance_usd_per_hour} $/h ÷ "
+                f"{p.gpus_per_instance} | {p.provider}, {p.region} | {p.date} | <{p.url}> |"
+            )
+        assert row in docs, row
