@@ -206,3 +206,18 @@ def test_a_colocated_run_wakes_generates_sleeps_trains_and_loads_in_that_order(h
             assert line["memory"]["weights_bytes_asleep"] == 0 < line["memory"]["weights_bytes_awake"]
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(m["engine_checksums"] == [m["actor_checksum"]] for m in metrics)
+
+
+def test_preflight_names_a_vllm_outside_the_tested_range_in_one_line(tmp_path: Path) -> None:
+    from hetrl_cli.runtime.engines import version_note
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 0.34.1\n")
+    fake.chmod(0o755)
+    assert version_note("vllm", str(fake)) == (
+        "vllm 0.34.1 is installed but hetrl was tested with vllm >=0.32,<0.33 (collective_rpc, layerwise reload, "
+        'sleep/wake_up); pip install "vllm>=0.32,<0.33"'
+    )
+    fake.write_text("#!/bin/sh\necho 0.32.0\n")
+    assert version_note("vllm", str(fake)) is None
+    assert version_note("hf", str(fake)) is None  # transformers: hetrl's own requirement, not tracked here

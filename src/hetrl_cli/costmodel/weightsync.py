@@ -18,6 +18,21 @@ from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
 Transfer = tuple[str, str, str, float]
 """(name, src group, dst group, bytes or seconds)."""
 
+# ---- the colocated refit (generation shares devices with actor_train) -------------------------------------------
+SLEEP_WAKE_S = 0.3
+"""One sleep and one wake of a colocated engine per step, per call pair: after its rollout the engine unmaps its
+weight and KV-cache memory (level 2: nothing is copied, the trainer's weights replace them) and maps it again
+before the next. vLLM's sleep-mode write-up measures a wake at ~0.1-0.4 s ("Zero-Reload Model Switching with vLLM
+Sleep Mode", blog.vllm.ai, 2025-10-03: A4000, Qwen3-0.6B and Phi-3-vision, level 1); the runtime pays one of each
+per step (runtime/engines/duty.py)."""
+COLOCATED_LOAD_PER_TENSOR_S = 1.7e-3
+"""Per parameter tensor of a colocated refit: the trainer's shard gathered to a full tensor and handed to the
+engine's own `load_weights` (vLLM's per-parameter weight loader, qkv/gate-up fusion, post-processing). verl PR #116
+(github.com/volcengine/verl/pull/116, 2025-01-18) measured the in-process FSDP -> vLLM sync on 8x L20, TP 4:
+Llama-3-8B 0.57 s (291 tensors), Qwen2.5-7B 0.55 s (339); the bytes alone (two passes at the L20's 864 GB/s) are
+0.04 s, the rest is 1.5-1.8 ms a tensor. A remote sync's buckets pay WEIGHT_SYNC_PER_TENSOR_S instead (its loader
+runs while later buckets are on the wire)."""
+
 
 class WeightSync:
     """Weight syncs and data transfers between device sets of one cluster and workload."""
@@ -48,7 +63,8 @@ class WeightSync:
         """(local reshard seconds, remote copy seconds, the remote bottleneck's label or "local reshard",
         the per-tensor host seconds, all host seconds) of one weight sync; None when it moves nothing.
 
-        Colocated devices: a local reshard (LOCAL_RESHARD_PASSES over HBM; an all-gather first under ZeRO-3).
+        Colocated devices: a local reshard (LOCAL_RESHARD_PASSES over HBM; an all-gather first under ZeRO-3), and
+        for the actor's engine the refit around it (colocated_refit_s: sleep/wake and the per-tensor loader).
         Other devices: a pipelined broadcast tree over regions (broadcast_tree_s).
         Plus WEIGHT_SYNC_PER_TENSOR_S per tensor and the calibrated overhead, both host work at the slowest
         involved host's speed."""
@@ -73,6 +89,8 @@ class WeightSync:
                 hosts = [cluster.host_of(d) for d in known_t]
                 multi = frozenset(h for h in hosts if hosts.count(h) > 1)
                 local_s += allgather_s(nbytes, len(known_t), cluster.links.ring(frozenset(hosts), multi))
+            if role == "actor":
+                local_s += self.colocated_refit_s(arch.tensor_count(head), (*known_t, *local))
         remote_s = 0.0
         if remote:
             remote_s, label = self.broadcast_tree_s(known_t, remote, nbytes)
@@ -80,6 +98,13 @@ class WeightSync:
         tensors_s = arch.tensor_count(head) * C.WEIGHT_SYNC_PER_TENSOR_S * self.overhead_factor.get("weight_sync", 1.0)
         host_s = (tensors_s + self.task_overhead_s.get("weight_sync", 0.0)) * scale
         return local_s, remote_s, label, tensors_s * scale, host_s
+
+    def colocated_refit_s(self, tensors: int, devices: Sequence[str]) -> float:
+        """What a colocated engine pays per step besides the bytes: one sleep + wake (SLEEP_WAKE_S) and the
+        engine's loader per tensor (COLOCATED_LOAD_PER_TENSOR_S), host work at the slowest involved host's speed.
+        An 8B model (399 tensors) on H100s: ~1.0 s (published colocated refits: 0.55-0.57 s for the load alone,
+        verl PR #116; 3-8 s with a framework's pauses, barriers and trainer offload around it, docs/costmodel.md)."""
+        return (SLEEP_WAKE_S + tensors * COLOCATED_LOAD_PER_TENSOR_S) * self.cluster.overhead_scale(tuple(devices))
 
     def broadcast_tree_s(self, train: Sequence[str], gen: Sequence[str], nbytes: float) -> tuple[float, str]:
         """Pipelined broadcast tree from the training hosts to the generation devices, region by region.

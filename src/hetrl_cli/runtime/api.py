@@ -30,7 +30,7 @@ from hetrl_cli.artifacts.run import RunSummary
 from hetrl_cli.errors import BadInput, HetrlError
 from hetrl_cli.runtime.comm import DEFAULT_COLLECTIVE_TIMEOUT_S
 from hetrl_cli.runtime.devices import plan_backend
-from hetrl_cli.runtime.engines import ENGINES, FALLBACK, EngineSpec, check_choice, pick
+from hetrl_cli.runtime.engines import ENGINES, FALLBACK, EngineSpec, check_choice, pick, version_note
 from hetrl_cli.runtime.layout import plan_devices, plan_hosts, supported
 from hetrl_cli.runtime.rewards import check_user_reward, user_reward_gate
 from hetrl_cli.runtime.rundir import LaunchManifest, RunDir, make_private_dir, now_iso, private_files, summarize
@@ -172,6 +172,9 @@ def resolve_engine(requested: str, python: str, plan: Plan) -> str:
     spec = ENGINES[engine]
     if not spec.bundled and not installed(spec):
         raise BadInput(spec.missing_here(python))
+    note = version_note(engine, python)  # a vLLM outside the tested range: one line, the run goes on
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     return engine
 
 

