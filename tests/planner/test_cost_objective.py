@@ -178,3 +178,20 @@ def test_old_profiles_without_prices_load_and_plan(tmp_path: Path, priced: Clust
     assert plan.price is None and plan.objective == "time"
     with pytest.raises(BadInput, match="needs a price for every device"):
         make_plan(old, workload("grpo", "sync"), solver="ilp", budget_s=60, objective="cost")
+
+
+def test_simulate_keeps_the_objective_and_reprices(priced: ClusterProfile, plans) -> None:
+    """`hetrl simulate` re-scores a cost plan with the profile's prices: same objective, the new $/hour."""
+    from hetrl_cli.planner.build import rescore
+
+    again = rescore(plans["cost"], priced)
+    assert again.objective == "cost"
+    assert again.price.usd_per_iteration == pytest.approx(plans["cost"].price.usd_per_iteration, rel=1e-9)
+    cheaper = cluster(
+        "priced",
+        [
+            {"gpu": "H100", "gpus_per_node": 2, "region": "r1", "price_per_gpu_hour": FAST},
+            {"gpu": "A100 80GB", "gpus_per_node": 2, "region": "r2", "price_per_gpu_hour": CHEAP / 2},
+        ],
+    )
+    assert rescore(plans["cost"], cheaper).price.usd_per_hour == pytest.approx(plans["cost"].price.usd_per_hour / 2)

@@ -201,4 +201,6 @@ def rescore(
     if plan.solver.note:
         note += f"; was: {plan.solver.note}"
     solver = plan.solver.model_copy(update={"note": note})
-    return to_plan(model, estimate, groups, solver, plan.name)
+    from hetrl_cli.planner.cost import repriced
+
+    return repriced(to_plan(model, estimate, groups, solver, plan.name), plan, profile)

@@ -162,3 +162,10 @@ def priced(plan: Plan, objective: Objective) -> Plan:
     devices = [d for g in plan.groups for d in g.devices]
     price = plan_price(objective.prices, devices, plan.cost.iteration_s, plan.workload, objective)
     return plan.model_copy(update={"objective": objective.kind, "price": price})
+
+
+def repriced(new: Plan, old: Plan, profile: ClusterProfile) -> Plan:
+    """A re-scored plan (`hetrl simulate`) keeps the objective and cap it was made under, priced with `profile`'s
+    prices (None where a used device has none)."""
+    cap = old.price.max_usd_per_hour if old.price is not None else None
+    return priced(new, Objective(old.objective, cap, known_prices(profile)))
