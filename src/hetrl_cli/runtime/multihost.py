@@ -301,8 +301,11 @@ def preflight(
     spec = ENGINES[engine]
     if not spec.bundled:
         for slot in generating:
-            if not slot.facts.get(spec.module):
+            found = slot.facts.get(spec.module)
+            if not found:
                 slot.problems.append(spec.missing_on_host(slot.python))
+            elif found != "unknown" and (note := spec.version_problem(str(found))):
+                print(f"warning: {slot.name}: {note}", file=sys.stderr)  # one line; the run goes on
     failing = [s for s in slots if s.problems]
     if failing:
         lines = "\n".join(f"  {s.name}: {p}" for s in failing for p in s.problems)
