@@ -102,6 +102,7 @@ def make_plan(
     estimate = cost_model.evaluate(outcome.groups, outcome.placements)
     if not estimate.feasible:  # never emit a plan that does not fit
         raise Infeasible(f"the {solver} plan does not fit after re-scoring: {estimate.violations[0]}")
+    tables.objective.check_cap([d for g in outcome.groups for d in g.devices], solver)
     _check_objective(outcome.stats, estimate, tables.objective, [d for g in outcome.groups for d in g.devices])
     return priced(to_plan(cost_model, estimate, outcome.groups, outcome.stats, plan_name), tables.objective)
 

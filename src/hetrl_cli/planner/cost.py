@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from hetrl_cli.errors import BadInput
+from hetrl_cli.errors import BadInput, Infeasible
 from hetrl_cli.planner.search import Candidate
 
 if TYPE_CHECKING:
@@ -81,6 +81,14 @@ class Objective:
             assert self.max_cost_per_hour is not None
             return Candidate(genome, OVER_CAP_S * self.hourly(devices) / max(self.max_cost_per_hour, 1e-9), None)
         return Candidate(genome, value, options)
+
+    def check_cap(self, devices: Sequence[str], solver: str) -> None:
+        """Every emitted plan is under the cap (a solver path that ignored it is an error, never a silent plan)."""
+        if not self.allows(devices):
+            raise Infeasible(
+                f"the {solver} plan costs {self.hourly(devices):.4g} $/h, over --max-cost-per-hour "
+                f"{self.max_cost_per_hour:g}: a solver ignored the cap; use --solver hybrid"
+            )
 
     def pool_hourly(self, classes: Sequence[DeviceClass], pool: Pool) -> float:
         """$/hour of an ILP pool: its devices of each class × the class's price (a class is priced alike)."""
