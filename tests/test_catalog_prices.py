@@ -65,3 +65,19 @@ def test_docs_price_table_matches_the_catalog() -> None:
                 f"{p.gpus_per_instance} | {p.provider}, {p.region} | {p.date} | <{p.url}> |"
             )
         assert row in docs, row
+
+
+@pytest.mark.parametrize(("field", "value"), [("price_per_gpu_hour", -1), ("price_source", "x" * 600)])
+def test_hostile_prices_in_a_profile_are_one_line(tmp_path, field: str, value) -> None:
+    import json
+
+    from hetrl_cli.artifacts.io import load_artifact
+    from hetrl_cli.artifacts.profile import ClusterProfile
+
+    data = json.loads(profile_from_cluster(spec([{"gpu": "H100", "gpus_per_node": 1}])).model_dump_json())
+    data["devices"][0][field] = value
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(BadInput, match=field) as err:
+        load_artifact(str(path), ClusterProfile)
+    assert "\n" not in str(err.value)
