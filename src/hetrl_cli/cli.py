@@ -542,6 +542,36 @@ def _print_run_end(summary: Any) -> None:
     _stderr_console().print(f"run {summary.run_id}: {summary.status}, {summary.steps} steps{per_step}")
 
 
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (runs/ID) whose trained model to export.")],
+    hf: Annotated[Path, typer.Option("--hf", help="Write a Hugging Face model directory here (new or empty).")],
+    role: Annotated[str, typer.Option("--role", help="actor | critic.")] = "actor",
+    step: Annotated[
+        int | None, typer.Option("--step", help="Checkpoint of this step (default: the newest complete one).")
+    ] = None,
+    dtype: Annotated[
+        str | None, typer.Option("--dtype", help="fp32 | bf16 | fp16 (default: the workload's precision).")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print what was written as JSON on stdout.")] = False,
+) -> None:
+    """Export a run's trained actor (or critic) as a Hugging Face model directory: safetensors, config,
+    tokenizer, generation config; loads with transformers' from_pretrained and serves with vLLM."""
+    import json
+
+    from hetrl_cli.runtime.export import export_run
+
+    result = export_run(run_dir, hf, role=role, step=step, dtype=dtype)
+    if json_out:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    typer.echo(
+        f"exported the {result.role} of step {result.step} ({result.parameters:,} parameters, {result.dtype}) "
+        f"to {result.directory}",
+        err=True,
+    )
+
+
 def _add_subapps() -> None:
     """Command groups that live beside their library (their modules import nothing heavy at top level)."""
     from hetrl_cli.emulate.cli import emulate_app
