@@ -9,8 +9,10 @@ APT_PACKAGES := openssh-server iproute2 coinor-cbc
 
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.hetrl-setup
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.hetrl-setup
 
-.PHONY: setup setup-vllm demo test test-fast lint bench docs clean
+.PHONY: setup setup-vllm setup-bench demo test test-fast lint bench docs clean
 
 setup: $(STAMP)
 
@@ -38,6 +40,21 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VLLM_VENV)/bin/python -m pip install -q -e . --no-deps
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $(VLLM_STAMP)
+
+# TRL for bench/run_vs_loop.py (hetrl against TRL's GRPOTrainer), in its own venv so .venv never changes.
+# trl 1.13.0 asks for transformers>=4.56.2, accelerate>=1.4.0, datasets>=4.7.0: the same torch, transformers
+# and accelerate as .venv satisfy it (pip check passes; here pip resolves the very versions .venv has), so no
+# --no-deps is needed and the comparison runs on the same libraries.
+setup-bench: $(BENCH_STAMP)
+
+$(BENCH_STAMP): pyproject.toml Makefile
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q torch==2.13.0
+	@# requests: trl 1.13.0's GRPOTrainer imports its vLLM client, which needs it, without declaring it.
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[cpu]' trl==1.13.0 requests
+	$(BENCH_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	$(BENCH_VENV)/bin/python -m pip check
+	touch $(BENCH_STAMP)
 
 demo: setup
 	@mkdir -p profiles plans
@@ -67,4 +84,4 @@ bench: setup
 	$(PY) bench/cli_startup.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache build src/*.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(BENCH_VENV) .pytest_cache build src/*.egg-info

@@ -42,21 +42,29 @@ HETRL = str(Path(sys.executable).with_name("hetrl"))
 
 
 def hand_loop(steps: int, work: Path) -> None:
-    """The tiny GRPO step in ~40 lines of plain torch/transformers; prints `step N reward R` per step."""
-    import torch
-
+    """The tiny GRPO step of the plan's workload (grpo_loop on the tiny model)."""
     from hetrl_cli.artifacts.io import load_artifact
     from hetrl_cli.artifacts.plan import Plan
+    from hetrl_cli.runtime.tinymodel import ensure_tiny
+
+    wl = load_artifact(PLAN, Plan).workload
+    grpo_loop(wl, ensure_tiny(work / "models", seed=wl.seed), steps)
+
+
+def grpo_loop(wl, model_dir: Path, steps: int, reuse_old_logprobs: bool = False) -> None:
+    """A GRPO step in ~40 lines of plain torch/transformers; prints `step N reward R` per step. The toy task
+    (workload `wl`'s prompts, toy reward) on the model in `model_dir`. `reuse_old_logprobs`: the old log-probs are
+    the update's own forward, detached (one update per batch), instead of a separate no-grad pass."""
+    import torch
+
     from hetrl_cli.runtime import algorithms as alg
     from hetrl_cli.runtime.datasets import load_records, step_records
     from hetrl_cli.runtime.engines import cut_at_eos
     from hetrl_cli.runtime.rewards import char_fraction_reward
-    from hetrl_cli.runtime.tinymodel import ensure_tiny, load_causal_lm, load_tokenizer
+    from hetrl_cli.runtime.tinymodel import load_causal_lm, load_tokenizer
 
-    wl = load_artifact(PLAN, Plan).workload
     torch.set_num_threads(os.cpu_count() or 1)  # what the worker of a one-rank run sets
     torch.manual_seed(wl.seed)
-    model_dir = ensure_tiny(work / "models", seed=wl.seed)
     tok = load_tokenizer(model_dir)
     policy, ref = load_causal_lm(model_dir), load_causal_lm(model_dir)
     opt = torch.optim.Adam(policy.parameters(), lr=wl.rl.lr)
@@ -98,10 +106,10 @@ def hand_loop(steps: int, work: Path) -> None:
         with torch.no_grad():
             ref_logp = logprobs(ref, ids, attn, positions, resp)
             t2 = time.perf_counter()
-            old_logp = logprobs(policy, ids, attn, positions, resp)
+            old_logp = None if reuse_old_logprobs else logprobs(policy, ids, attn, positions, resp)
         adv = alg.grpo_advantages(scores, group).unsqueeze(1) * mask
         logp = logprobs(policy, ids, attn, positions, resp)
-        pg, _ = alg.policy_loss(logp, old_logp, adv, wl.rl.clip_eps)
+        pg, _ = alg.policy_loss(logp, logp.detach() if old_logp is None else old_logp, adv, wl.rl.clip_eps)
         loss = alg.masked_sum(pg + wl.rl.kl_coef * alg.kl_k3(logp, ref_logp), mask) / mask.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
