@@ -119,6 +119,14 @@ def test_the_duty_sleeps_a_colocated_engine_after_each_rollout_and_records_the_o
     with apart.generating():
         pass
     assert apart.engine.asleep == 0
+    with duty.generating():  # asleep at level 2 afterwards, and no load follows:
+        pass
+    with pytest.raises(RuntimeError, match="discarded its weights"), duty.generating():
+        pass  # never generates from the discarded (uninitialised) weights
+    duty.load(weights)
+    with duty.generating(sleep_after=False):  # after a load; awake after (another rollout follows)
+        pass
+    assert engine.asleep == 0
 
 
 def test_the_sync_bucket_size_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,6 +196,30 @@ def test_the_weight_channel_relays_bounded_bf16_buckets(tmp_path: Path) -> None:
             torch.testing.assert_close(tensor, want.to(torch.bfloat16), rtol=0, atol=0, msg=name)
 
 
+ENGINE_EVENTS = ("wake", "generate", "sleep", "actor_train", "load_weights")
+
+
+def _events(run_dir: Path, rank: int) -> list[dict]:
+    lines = [json.loads(x) for x in (run_dir / "logs" / f"rank-{rank}.events").read_text().splitlines()]
+    for line in lines:
+        line["events"] = [e for e in line["events"] if e in ENGINE_EVENTS]
+    return lines
+
+
+def _loads_between_sleep_and_wake(events: list[str]) -> bool:
+    """Every level-2 sleep is followed by a weight load before the engine wakes (it never generates from
+    discarded weights)."""
+    asleep_without_load = False
+    for event in events:
+        if event == "sleep":
+            asleep_without_load = True
+        elif event == "load_weights":
+            asleep_without_load = False
+        elif event == "wake" and asleep_without_load:
+            return False
+    return True
+
+
 @pytest.mark.slow
 def test_a_colocated_run_wakes_generates_sleeps_trains_and_loads_in_that_order(hetrl, tmp_path: Path) -> None:
     save_artifact(colocated(tiny_workload()), tmp_path / "plan.json")
@@ -196,16 +228,35 @@ def test_a_colocated_run_wakes_generates_sleeps_trains_and_loads_in_that_order(h
                    "--verify-weights", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     for rank in (0, 1):
-        lines = [json.loads(x) for x in (run_dir / "logs" / f"rank-{rank}.events").read_text().splitlines()]
+        lines = _events(run_dir, rank)
         assert [line["step"] for line in lines] == [1, 2, 3]
         for line in lines[1:]:
-            events = [e for e in line["events"] if e in ("wake", "generate", "sleep", "actor_train", "load_weights")]
+            events = line["events"]
             first_train = events.index("actor_train")
             assert events[:3] == ["wake", "generate", "sleep"] and first_train == 3, events
             assert events[-1] == "load_weights" and "load_weights" not in events[:first_train]
             assert line["memory"]["weights_bytes_asleep"] == 0 < line["memory"]["weights_bytes_awake"]
+        assert _loads_between_sleep_and_wake([e for line in lines for e in line["events"]])
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(m["engine_checksums"] == [m["actor_checksum"]] for m in metrics)
+
+
+@pytest.mark.slow
+def test_a_colocated_async_run_never_wakes_an_engine_without_its_weights(hetrl, tmp_path: Path) -> None:
+    """Async on shared devices: step 1's rollout and step 2's run back to back before the first update, so the
+    engine stays awake between them; afterwards it sleeps after each rollout and is loaded before it wakes."""
+    save_artifact(colocated(tiny_workload(mode="async")), tmp_path / "plan.json")
+    run_dir = tmp_path / "run"
+    result = hetrl("run", tmp_path / "plan.json", "--steps", "3", "--run-dir", run_dir, "--engine", "hf",
+                   cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    for rank in (0, 1):
+        lines = _events(run_dir, rank)
+        everything = [e for line in lines for e in line["events"]]
+        assert _loads_between_sleep_and_wake(everything), everything
+        # the first sync, then step 1's and step 2's rollouts back to back, then the sleep before training
+        assert lines[0]["events"][:4] == ["load_weights", "generate", "generate", "sleep"], lines[0]["events"]
+        assert everything.count("generate") == 3 and everything.count("sleep") == 2  # the last step samples none
 
 
 def test_preflight_names_a_vllm_outside_the_tested_range_in_one_line(tmp_path: Path) -> None:

@@ -320,7 +320,8 @@ class Worker:
         asynchronous = self.workload.mode == "async"
         self.sync_weights()  # generation starts from the trainer's weights (a resumed run's included)
         if asynchronous and first <= last:
-            self.pending = self.share_rollouts(self.generate(first))
+            # the next rollout (step first+1's, inside the loop) comes before any weight load: no sleep between
+            self.pending = self.share_rollouts(self.generate(first, awake_after=first < last))
         for step in range(first, last + 1):
             timer = Timer(self.memory)
             started = time.perf_counter()
@@ -360,13 +361,13 @@ class Worker:
             out.extend((i * wl.responses_per_prompt + j, ids) for j in range(wl.responses_per_prompt))
         return out
 
-    def generate(self, step: int, timer: Timer | None = None) -> list[Rollout]:
+    def generate(self, step: int, timer: Timer | None = None, awake_after: bool = False) -> list[Rollout]:
         """Phase 1: this rank's generation share of `step` (nothing on non-generation ranks)."""
         if self.generator is None:
             return []
         lo, hi = self.layout.tasks["generation"].range_of(self.rank)
         timer = timer or Timer()
-        with timer.phase("generation"), self.resident("generation"), self.duty.generating():
+        with timer.phase("generation"), self.resident("generation"), self.duty.generating(not awake_after):
             mine = self.generator.generate(step, self.prompts(step)[lo:hi])
         pos = self.position("generation")
         return mine if pos is not None and pos.tp_rank == 0 else []  # TP peers hold the same rollouts

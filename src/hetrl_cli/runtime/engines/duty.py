@@ -41,6 +41,8 @@ class EngineDuty:
         """The workload's torch dtype: the weights reach the engine in it."""
         self.bucket_bytes = bucket_bytes
         self.events: list[tuple[float, str]] = []
+        self.needs_load = False
+        """Asleep at level 2 with no weights loaded since: waking now would generate with discarded weights."""
         self.memory: dict[str, int] = {}
         """The engine's memory_report just before and after its last sleep."""
 
@@ -48,16 +50,20 @@ class EngineDuty:
         self.events.append((time.perf_counter(), what))
 
     @contextmanager
-    def generating(self):
-        """Wake the engine (if asleep) for the block; colocated, put it back to sleep after."""
+    def generating(self, sleep_after: bool = True):
+        """Wake the engine (if asleep) for the block; colocated, put it back to sleep after unless `sleep_after`
+        is False (another rollout follows before the next weight load: async's first two steps)."""
+        if self.needs_load:
+            raise RuntimeError("the engine discarded its weights (sleep level 2) and none were loaded since")
         if getattr(self.engine, "asleep", 0):
             self.engine.wake()
             self.record("wake")
         self.record("generate")
         yield self.engine
-        if self.colocated:
+        if self.colocated and sleep_after:
             awake = self.engine.memory_report()
             self.engine.sleep(SLEEP_LEVEL)
+            self.needs_load = SLEEP_LEVEL == 2
             self.record("sleep")
             asleep = self.engine.memory_report()
             self.memory = {
@@ -71,12 +77,14 @@ class EngineDuty:
         """The trainer's full weights into the engine, cast to the workload's precision one tensor at a time and
         handed over in buckets (never all at once)."""
         self.engine.load_weights(buckets(self._cast(named), self.bucket_bytes))
+        self.needs_load = False
         self.record("load_weights")
 
     def load_buckets(self, named_buckets: Iterable[Bucket]) -> None:
         """Buckets (a sync channel's, as they arrive; or the rank's own trainer's) into the engine, each cast to
         the workload's precision (a no-op for a channel's: they travel in it)."""
         self.engine.load_weights(list(self._cast(bucket)) for bucket in named_buckets)
+        self.needs_load = False
         self.record("load_weights")
 
     def _cast(self, named: Iterable[tuple[str, Tensor]]) -> Iterator[tuple[str, Tensor]]:
