@@ -12,7 +12,9 @@ are the update's own forward, detached), Adam(W) at lr 1e-5 with no weight decay
 - hand loop: `run_overhead.grpo_loop` (plain torch/transformers in one process) with `reuse_old_logprobs`.
 - TRL: `GRPOTrainer` (trl 1.13.0 in .venv-bench, `make setup-bench`) with num_generations 4, batch 16,
   steps_per_generation 1, num_iterations 1 (so no separate old log-prob pass), beta 0.001, loss_type dapo
-  (token sum over the batch's tokens, as hetrl's), constant lr, transformers generation (no vLLM), on the CPU.
+  (token sum over the batch's tokens, as hetrl's), constant lr, transformers generation (no vLLM), on the CPU,
+  fp32 and no gradient checkpointing (GRPOConfig's defaults are bf16 and checkpointing on; hetrl's workload has
+  precision fp32 and recompute off).
 
 Step time = wall time between consecutive step lines as they arrive (hetrl's report phase included; TRL's
 logging included); also the CPU seconds of the working process. Rounds run the three sides in a rotating
@@ -149,8 +151,8 @@ def trl_main(work: Path, steps: int) -> None:
         beta=wl.rl.kl_coef, epsilon=wl.rl.clip_eps, loss_type="dapo", learning_rate=wl.rl.lr,
         lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch", weight_decay=0.0,
         max_grad_norm=wl.rl.grad_clip, max_steps=steps, logging_steps=1, report_to="none", save_strategy="no",
-        use_cpu=True, bf16=False, fp16=False, seed=wl.seed, shuffle_dataset=False, dataloader_num_workers=0,
-        disable_tqdm=True, log_completions=False,
+        use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, seed=wl.seed, shuffle_dataset=False,
+        dataloader_num_workers=0, disable_tqdm=True, log_completions=False,
     )  # fmt: skip
     timing: dict[str, float] = {}
 
@@ -221,6 +223,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--no-trl", action="store_true", help="hetrl and the hand loop only")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the results go (JSON)")
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trl", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -279,7 +282,7 @@ def write_results(args: argparse.Namespace, runs: dict[str, list[dict]], load_be
         "phase_s_median": phases,
         "tokens_per_step_median": {side: _median([t for r in rs for t in r["tokens"]]) for side, rs in runs.items()},
     }
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("step_s_median", "ratios", "phase_s_median")}, indent=2))
 
 
