@@ -1,9 +1,10 @@
 """Process groups and the few collectives the RL step needs, all with the run's collective timeout.
 
 Groups (created once, in a fixed order, by every rank, as torch.distributed requires):
-- world: every rank; rollouts are all-gathered here and per-step metrics gathered to rank 0;
+- world: every rank; rollouts are all-gathered here (as tensors, runtime/wire.py) and per-step metrics
+  gathered to rank 0 (small pickled reports);
 - rest: the ranks of every task after generation; experience (rewards, reference log-probs, values) is
-  all-gathered here, so async generation ranks are never waited for while training runs;
+  all-gathered here (as tensors), so async generation ranks are never waited for while training runs;
 - dp:<task>:<t>: every rank of TP index t of one task (all replicas, all pipeline stages); gradients are
   all-reduced here (layout.TaskLayout.group_specs);
 - mp:<task>:<r>, tp:<task>:<r>:<s>: replica r of a task (gradient norm, weight gathers) and the TP group of its
@@ -70,19 +71,9 @@ def make_groups(specs: dict[str, list[int]], timeout_s: float) -> Groups:
     return groups
 
 
-def all_gather_objects(obj: Any, group: Any, size: int) -> list[Any]:
-    """Every member's `obj`, in group-rank order (pickled; fine for rollouts and experience of small models)."""
-    import torch.distributed as dist
-
-    if size == 1:
-        return [obj]
-    out: list[Any] = [None] * size
-    dist.all_gather_object(out, obj, group=group)
-    return out
-
-
 def gather_to_zero(obj: Any) -> list[Any] | None:
-    """Every rank's `obj` on global rank 0 (None elsewhere)."""
+    """Every rank's `obj` on global rank 0 (None elsewhere): pickled, for the per-step reports (a few hundred
+    bytes of timings and sums a rank), never for data that grows with the batch or the model."""
     import torch.distributed as dist
 
     world = dist.get_world_size()

@@ -73,12 +73,12 @@ def collate(rollouts: list[Rollout], pad_id: int, device: str = "cpu") -> SeqBat
 
 
 def pad_rows(rows: list[list[float]], steps: int) -> Tensor:
-    """Per-sequence float lists -> [n, steps], zero-padded."""
+    """Per-sequence float lists (or 1-D tensors) -> [n, steps], zero-padded."""
     import torch
 
     out = torch.zeros((len(rows), steps), dtype=torch.float32)
     for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+        out[i, : len(row)] = torch.as_tensor(row, dtype=torch.float32)
     return out
 
 

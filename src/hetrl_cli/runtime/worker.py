@@ -145,9 +145,14 @@ class Worker:
         return self.layout.tasks[task].position(self.rank) if task in self.layout.tasks else None
 
     def in_first_replica(self, task: str) -> bool:
-        """Ranks of replica 0 of `task` take part in gathering its full weights (sync, checksum, checkpoint)."""
+        """Ranks of replica 0 of `task` take part in gathering its full weights (sync, checksum, checkpoint); under
+        zero3 every rank of the task does (its gathers are collective over the replicas)."""
         pos = self.position(task)
-        return pos is not None and pos.replica == 0
+        return pos is not None and (pos.replica == 0 or self.params_sharded(task))
+
+    def params_sharded(self, task: str) -> bool:
+        """ZeRO-3 chunks (runtime/zero3.py): the task's passes and gathers are collective over its replicas."""
+        return self.sharded(task) and self.workload.sharding == "zero3"
 
     def parallel(self, task: str):
         """This rank's place in `task` with the process groups of its replica (parallel.Parallel)."""
@@ -285,6 +290,9 @@ class Worker:
         train = self.layout.tasks["critic_train"].replica_of(self.rank)
         if infer is None or train is None:
             return False
+        if self.params_sharded("critic_train"):  # zero3: every trainer replica must run inference on itself too
+            pairs = [(a.grid, a.layer_split) for a in self.layout.tasks["critic_inference"].replicas]
+            return pairs == [(b.grid, b.layer_split) for b in self.layout.tasks["critic_train"].replicas]
         return (infer.grid, infer.layer_split) == (train.grid, train.layer_split)
 
     def _engine(self, model_dir: Path):
@@ -374,9 +382,10 @@ class Worker:
 
     def share_rollouts(self, mine: list[Rollout], timer: Timer | None = None) -> list[Rollout]:
         """Phase 2: every rank gets every rollout of the step, ordered by sequence index."""
+        from hetrl_cli.runtime.wire import all_gather_rollouts
+
         with (timer or Timer()).phase("rollout_transfer"):
-            parts = comm.all_gather_objects(mine, self.groups.world, self.layout.world_size)
-        return sorted((r for part in parts for r in part), key=lambda r: r.index)
+            return all_gather_rollouts(mine, self.groups.world, self.layout.world_size, self.device)
 
     def train_on(self, step: int, rollouts: list[Rollout], timer: Timer) -> dict[str, Any]:
         """Phases 3-4 on the rest ranks: experience, advantages, actor/critic updates."""
@@ -392,6 +401,7 @@ class Worker:
     def experience(self, step: int, rollouts: list[Rollout], timer: Timer) -> dict[str, list[Any]]:
         """Phase 3: each inference task on its share, then an all-gather over the rest group."""
         from hetrl_cli.runtime.datasets import step_records
+        from hetrl_cli.runtime.wire import all_gather_experience
 
         mine: dict[str, dict[int, Any]] = {}
 
@@ -413,17 +423,14 @@ class Worker:
         if self.actor is not None and not self.actor.reuses_old_logprobs:
             with timer.phase("actor_train"):  # the old log-probs are part of the actor_train task
                 record("old_logp", *self._apply("actor_train", rollouts, self.actor.logprobs))
-        with timer.phase("experience_transfer"):
-            parts = comm.all_gather_objects(mine, self.groups.get("rest"), self.groups.size("rest"))
-        merged: dict[str, dict[int, Any]] = {}
-        for part in parts:
-            for field, values in part.items():
-                merged.setdefault(field, {}).update(values)
-        return {field: [values[i] for i in range(len(rollouts))] for field, values in merged.items()}
+        with timer.phase("experience_transfer"):  # tensors in bounded buckets (runtime/wire.py)
+            return all_gather_experience(mine, self.groups.get("rest"), self.groups.size("rest"), len(rollouts),
+                                         self.device)  # fmt: skip
 
     def _apply(self, task: str, rollouts: list[Rollout], fn) -> tuple[int, list[Any]]:
         start, share = self._share(task, rollouts)
-        return start, fn(share) if share else []
+        zero3 = self.params_sharded("critic_train" if task == "critic_inference" else task)
+        return start, fn(share) if share or zero3 else []  # zero3: an empty share still joins the gathers
 
     def update(self, rollouts: list[Rollout], exp: dict[str, list[Any]], timer: Timer) -> dict[str, Any]:
         """Phase 4: advantages over the whole batch (identical on every rest rank), then the DP updates."""
@@ -516,7 +523,7 @@ class Worker:
         bucket_bytes = sync_bucket_bytes()
         if self.rank != leader and self.rank in self.layout.self_synced_ranks(source, target):
             if load is not None:  # this rank's own replica holds the same trained weights
-                load(buckets(trainer.named_weights(), bucket_bytes))
+                load(buckets(gathered if gathered is not None else trainer.named_weights(), bucket_bytes))
         elif self.groups.has(group, self.rank):
             named = gathered if self.rank == leader else None
             channel = self.channels.get(group)
