@@ -1,10 +1,11 @@
-"""ZeRO sharding, activation recomputation and offload (runtime/sharding.py) over real gloo process groups.
+"""ZeRO sharding, activation recomputation and offload (runtime/sharding.py, runtime/zero3.py) over real gloo
+process groups.
 
-Sharded updates (zero1, zero2; DP with uneven shares, also with TP 2 and PP 2) must equal one process's
+Sharded updates (zero1, zero2, zero3; DP with uneven shares, also with TP 2 and PP 2) must equal one process's
 unsharded update on the full batch, the consolidated checkpoint must equal the unsharded optimizer state and
-restore the partitions exactly; recompute must give the same gradients while running each layer twice;
-offload must run and change nothing. `hetrl run` trains a sharded, recomputed, offloaded plan, resumes it
-from a sharded checkpoint, and matches the unsharded run. zero3 is refused with a one-line error.
+restore the partitions exactly; zero3 ranks hold only their chunks between uses; recompute must give the same
+gradients while running each layer twice; offload must run and change nothing. `hetrl run` trains a sharded,
+recomputed, offloaded plan, resumes it from a sharded checkpoint, and matches the unsharded run (zero2, zero3).
 """
 
 from __future__ import annotations
@@ -271,13 +272,9 @@ def test_offload_moves_state_and_changes_nothing(tiny_dir: Path) -> None:
 # --- what runs, what is refused ---------------------------------------------------------------------
 
 
-def test_supported_runs_zero1_zero2_and_refuses_zero3_and_uneven_zero_pp() -> None:
-    for kind in ("none", "zero1", "zero2"):
+def test_supported_runs_zero1_zero2_zero3_and_refuses_uneven_zero_pp() -> None:
+    for kind in ("none", "zero1", "zero2", "zero3"):
         assert supported(colocated(tiny_workload(sharding=kind, recompute=True))) == []
-    assert supported(colocated(tiny_workload(sharding="zero3"))) == [
-        "workload sharding: zero3 with task actor_train at dp=2 (parameter sharding is not executed by the "
-        "runtime; use sharding: zero1 or zero2)"
-    ]
     one_replica = hand_plan(tiny_workload(sharding="zero3"), {t: [(D0, 1.0)] for t in GRPO_TASKS})
     assert supported(one_replica) == []  # dp = 1: nothing to shard, as in the cost model
     wl = tiny_workload(sharding="zero1", actor=ModelSpec(arch="tiny", path="/models/four-layer"))
@@ -287,6 +284,10 @@ def test_supported_runs_zero1_zero2_and_refuses_zero3_and_uneven_zero_pp() -> No
                             **{t: [(devices[0], 1.0)] for t in ("generation", "reference", "reward")}})  # fmt: skip
     assert supported(uneven) == [
         "task actor_train: sharding zero1 with pp=2 needs the same layer split in every replica (got [1, 3], [3, 1])"
+    ]
+    uneven.workload.sharding = "zero3"  # zero3's chunks too: a ZeRO group holds the same layers in every replica
+    assert supported(uneven) == [
+        "task actor_train: sharding zero3 with pp=2 needs the same layer split in every replica (got [1, 3], [3, 1])"
     ]
 
 
@@ -298,17 +299,6 @@ def test_offloaded_generation_needs_the_hf_engine() -> None:
     assert supported(plan, "vllm") == [
         "task generation: offload with the vllm engine (pass --engine hf to offload generation)"
     ]
-
-
-def test_hetrl_run_refuses_zero3_with_one_line(hetrl, tmp_path: Path) -> None:
-    save_artifact(colocated(tiny_workload(sharding="zero3")), tmp_path / "z3.json")
-    result = hetrl("run", tmp_path / "z3.json", "--run-dir", tmp_path / "r", cwd=tmp_path)
-    assert result.returncode == 2
-    assert result.stderr.strip() == (
-        "hetrl: error: plan 'colocated' cannot run yet: workload sharding: zero3 with task actor_train at dp=2 "
-        "(parameter sharding is not executed by the runtime; use sharding: zero1 or zero2)"
-    )
-    assert not (tmp_path / "r").exists()
 
 
 # --- end to end -----------------------------------------------------------------------------------
@@ -347,3 +337,139 @@ def test_hetrl_run_sharded_offloaded_recomputed_resumes_and_matches_unsharded(he
             assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (mine["step"], key)
     state = torch.load(run_dir / "checkpoints" / "step-000003" / "actor.pt", weights_only=False)
     assert len(state["optimizer"]["state"]) == len(state["model"])  # both partitions consolidated
+
+
+# --- zero3 ------------------------------------------------------------------------------------------
+
+ZERO3_SHAPES = {**SHAPES, "dp2-empty": [(((0,),), (2,), 0.05), (((1,),), (2,), 0.95)]}
+"""dp2-empty: replica 0 gets none of the 8 sequences (apportion gives 0 and 8), so it only pads the passes."""
+
+
+def _zero3_layout(shape: str) -> TaskLayout:
+    SHAPES.setdefault(shape, ZERO3_SHAPES[shape])
+    return _layout(shape)
+
+
+def _assemble(parts: list[list]) -> dict[tuple[str, str | None], torch.Tensor]:
+    """Full tensors from every rank's Zero3Shard.checkpoint_pieces; each element of a tensor written exactly once."""
+    full: dict[tuple[str, str | None], torch.Tensor] = {}
+    seen: dict[tuple[str, str | None], torch.Tensor] = {}
+    for part in parts:
+        for name, key, tensor, offsets, shape in part:
+            if not shape:  # a step counter: once per TP slice that holds it, the same everywhere
+                assert torch.equal(full.setdefault((name, key), tensor), tensor), f"{name} {key}"
+                continue
+            target = full.setdefault((name, key), torch.zeros(shape, dtype=tensor.dtype))
+            count = seen.setdefault((name, key), torch.zeros(shape, dtype=torch.int64))
+            box = tuple(slice(o, o + s) for o, s in zip(offsets, tensor.shape, strict=True))
+            target[box] = tensor
+            count[box] += 1
+    for (name, key), count in seen.items():
+        assert bool((count == 1).all()), f"{name} {key}: pieces do not tile the tensor once"
+    return full
+
+
+def _zero3_worker(rank: int, port: int, shape: str, recompute: bool, precision: str, model_dir: str, out: str) -> None:
+    """Two Adam updates (2 epochs each) with zero3, a checkpoint between them restored into a fresh actor."""
+    import torch.distributed as dist
+
+    from hetrl_cli.runtime import comm
+    from hetrl_cli.runtime.parallel import Parallel, dp_group
+    from hetrl_cli.runtime.sharding import zero_for
+
+    task = _zero3_layout(shape)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=len(task.ranks),
+                            timeout=datetime.timedelta(seconds=90))  # fmt: skip
+    groups = comm.make_groups(task.group_specs(zero=True), 90)
+    par = Parallel.of(task, rank, groups)
+    zero = zero_for(task, rank, groups, "zero3")
+    dp = dp_group(task, rank, groups)
+    lo, hi = task.range_of(rank)
+    rollouts, adv = _batch()
+
+    def actor(sharded: bool = True) -> Actor:
+        return Actor(model_dir, CLIPPED, "grpo", "adamw", 2, pad_id=1, micro_batch=3, parallel=par,
+                     zero=zero if sharded else None, recompute=recompute, precision=precision)  # fmt: skip
+
+    plain = actor(sharded=False)  # the same layout unsharded
+    _update(plain, rollouts, adv, lo, hi, dp)
+    plain_state = copy.deepcopy(plain.state())
+    first = actor()
+    result: dict = {"kind": type(first.shard).__name__, "sums": _update(first, rollouts, adv, lo, hi, dp)}
+    result["grads"] = _copy(first.shard.full_weights(grads=True))  # the last epoch's, clipped
+    result["plain_grads"] = _copy(plain.shard.full_weights(grads=True))
+    # between uses a rank holds its chunks only: every module parameter's storage is empty
+    result["module_bytes"] = sum(p.untyped_storage().nbytes() for _, p in first.shard.held)
+    result["chunk_numel"] = sum(p.numel() for p in first.shard.local_params())
+    result["held_numel"] = sum(p.numel() for _, p in first.shard.held)
+    result["weights1"] = _copy(first.named_weights())
+    state = copy.deepcopy(first.state())  # every rank: its gathers are collective over the replicas
+    result["state"] = state
+    result["pieces"] = [(n, k, t.detach().clone(), o, first.shard.full_shapes[n] if t.dim() else ())
+                        for n, k, t, o in first.shard.checkpoint_pieces(first.optimizer)]  # fmt: skip
+    box = [state]
+    dist.broadcast_object_list(box, src=task.leader)
+    fresh = actor()
+    fresh.load_state(copy.deepcopy(box[0]))
+    for a in (first, fresh):
+        _update(a, rollouts, adv, lo, hi, dp)
+    result["weights2"] = first.named_weights()
+    result["weights2_fresh"] = fresh.named_weights()
+    result["plain_state"] = plain_state
+    torch.save(result, Path(out) / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("shape", "recompute", "precision"),
+    [("dp2", False, "fp32"), ("dp2-empty", False, "fp32"), ("dp2xtp2", True, "fp32"), ("dp2xpp2", False, "fp32"),
+     ("dp2", True, "bf16")],
+)  # fmt: skip
+def test_zero3_updates_equal_one_process(tiny_dir: Path, tmp_path: Path, shape: str, recompute: bool,
+                                         precision: str) -> None:  # fmt: skip
+    """zero3 over 2 replicas with uneven shares (also one replica without sequences, TP 2 with replicated KV heads,
+    PP 2 with the tied head on both stages): the update is one process's on the full batch, each rank holds only
+    its chunks between uses, the checkpoint (every replica takes part) equals the unsharded optimizer state and
+    restores every chunk, and the chunk pieces tile every tensor once."""
+    task = _zero3_layout(shape)
+    mp.spawn(_zero3_worker, args=(free_port(), shape, recompute, precision, str(tiny_dir), str(tmp_path)),
+             nprocs=len(task.ranks), join=True)  # fmt: skip
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(len(task.ranks))]
+    single = _single(tiny_dir) if precision == "fp32" else None
+    for r, result in enumerate(ranks):
+        assert result["kind"] == "Zero3Shard"
+        assert result["module_bytes"] == 0, "module parameters are freed between uses"
+        assert result["held_numel"] / 2 <= result["chunk_numel"] <= result["held_numel"] / 2 + 3
+        if single is not None:
+            torch.testing.assert_close(result["sums"]["grad_norm"], single["sums"]["grad_norm"], atol=2e-5, rtol=1e-4)
+        assert (result["state"] is not None) == (r == task.leader)
+    for rep in task.replicas:
+        leader = ranks[rep.ranks[0]]
+        _close_weights(leader["weights2_fresh"], dict(leader["weights2"]), atol=0)  # restored exactly
+        if single is not None:
+            _close_weights(leader["weights1"], single["weights1"], atol=5e-4)
+            _close_weights(leader["weights2"], single["weights2"], atol=5e-4)
+    state, expected = ranks[task.leader]["state"]["optimizer"], ranks[task.leader]["plain_state"]["optimizer"]
+    assert sorted(state["state"]) == sorted(expected["state"])
+    for name, slots in expected["state"].items():  # the same moments (and masters) as unsharded, same layout
+        assert set(state["state"][name]) == set(slots)
+        for key, value in slots.items():
+            assert state["state"][name][key].dtype == value.dtype, (name, key)
+            if precision == "fp32":
+                torch.testing.assert_close(state["state"][name][key], value, atol=1e-6, rtol=1e-3, msg=f"{name} {key}")
+    leader = ranks[task.leader]
+    plain_grads = dict(leader["plain_grads"])
+    # the second epoch's gradients against unsharded DP: in bf16 the sums run in another order (a reduce-scatter
+    # per micro-batch), so the first epoch's agree to bf16 rounding (under 1 % of each tensor's largest) and
+    # Adam's sign steps on near-zero gradients (2 x lr) move the second epoch's a little further
+    for name, grad in leader["grads"]:
+        scale = float(plain_grads[name].float().abs().max())
+        tolerance = (1e-4 if precision == "fp32" else 0.05) * scale
+        assert float((grad.float() - plain_grads[name].float()).abs().max()) <= tolerance, name
+    pieces = _assemble([result["pieces"] for result in ranks])
+    for name, weight in ranks[task.leader]["weights1"]:
+        assert torch.equal(pieces[(name, None)], weight), name
+        for key, value in state["state"][name].items():
+            assert torch.equal(pieces[(name, key)], value), (name, key)

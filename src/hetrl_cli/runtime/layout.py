@@ -19,8 +19,8 @@ from hetrl_cli.artifacts.plan import Plan, TaskPlan
 from hetrl_cli.artifacts.rl import ALL_TASKS, TASK_ROLE, TRAIN_TASKS
 from hetrl_cli.runtime.engines import FALLBACK, generation_problems
 
-ZERO_KINDS = ("zero1", "zero2")
-"""The workload `sharding` values the runtime executes across DP replicas (runtime/sharding.py); zero3 is refused."""
+ZERO_KINDS = ("zero1", "zero2", "zero3")
+"""The workload `sharding` values the runtime executes across DP replicas (runtime/sharding.py, runtime/zero3.py)."""
 
 
 def split_device_id(device_id: str) -> tuple[str, int]:
@@ -292,7 +292,7 @@ def supported(plan: Plan, engine: str = FALLBACK) -> list[str]:
 
     Runs: any TP degree that divides the model (heads, KV heads split or replicated, intermediate size) for
     every task, generation included with the hf engine; any PP depth and (uneven) layer split for every task but
-    generation; sharding zero1/zero2 (with pp > 1: equal layer splits across replicas); recompute; offload
+    generation; sharding zero1/zero2/zero3 (with pp > 1: equal layer splits across replicas); recompute; offload
     (generation: hf engine). `engine` is the resolved or requested engine (`auto` may still become vllm); what
     each engine runs of a generation placement is the engine registry's answer (runtime/engines).
     """
@@ -315,18 +315,13 @@ def supported(plan: Plan, engine: str = FALLBACK) -> list[str]:
 
 def _sharding_problems(plan: Plan) -> list[str]:
     """The workload's `sharding` against the training tasks' layouts. It only acts across DP replicas (dp > 1),
-    as in the cost model; zero1/zero2 run (runtime/sharding.py), zero3 does not."""
+    as in the cost model; zero1/zero2 (runtime/sharding.py) and zero3 (runtime/zero3.py) run."""
     kind = plan.workload.sharding
     out = []
     for task in plan.tasks:
         if task.task not in TRAIN_TASKS or task.dp == 1 or kind == "none":
             continue
-        if kind == "zero3":
-            out.append(
-                f"workload sharding: zero3 with task {task.task} at dp={task.dp} (parameter sharding is not "
-                "executed by the runtime; use sharding: zero1 or zero2)"
-            )
-        elif task.pp > 1 and len({tuple(r.layer_split) for r in task.replicas}) > 1:
+        if task.pp > 1 and len({tuple(r.layer_split) for r in task.replicas}) > 1:
             out.append(
                 f"task {task.task}: sharding {kind} with pp={task.pp} needs the same layer split in every replica "
                 f"(got {', '.join(str(list(r.layer_split)) for r in task.replicas)})"

@@ -89,11 +89,11 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
 def _per_sequence(shard, rollouts: list[Rollout], pad_id: int, micro_batch: int, device: str, fn) -> list[Any]:
     """`fn(logits, batch)` -> [n, T] per micro-batch, without gradients; one row list per sequence, cut to its
     response length (empty on pipeline stages other than the last)."""
-    from hetrl_cli.runtime.parallel import pipeline_forward
+    from hetrl_cli.runtime.zero3 import forward_passes
 
     chunks = _chunks(rollouts, micro_batch)
     batches = [collate(chunk, pad_id, device) for chunk in chunks]
-    outs = pipeline_forward(shard, batches, lambda logits, i: fn(logits, batches[i]).float().cpu())
+    outs = forward_passes(shard, batches, lambda logits, i: fn(logits, batches[i]).float().cpu(), pad_id)
     if not outs:  # not the last pipeline stage
         return []
     return [out[i, : len(r.response_ids)].tolist() for chunk, out in zip(chunks, outs, strict=True)
@@ -106,6 +106,17 @@ def make_optimizer(params, kind: str, lr: float, weight_decay: float, zero: Any 
     from hetrl_cli.runtime import sharding
 
     return sharding.make_optimizer(params, kind, lr, weight_decay, zero, masters)
+
+
+def _zero3(shard, zero: Any, masters: list[Tensor] | None):
+    """(shard, parameters the optimizer steps, their fp32 masters, the Zero the optimizer shards over): under
+    zero3 the shard becomes a zero3.Zero3Shard and the optimizer steps its chunks, itself unsharded."""
+    if zero is None or zero.kind != "zero3" or not zero.active:
+        return shard, [p for _, p in shard.held], masters, zero
+    from hetrl_cli.runtime.zero3 import Zero3Shard
+
+    sharded = Zero3Shard.of(shard, zero)
+    return sharded, sharded.local_params(), None if masters is None else sharded.local_masters(masters), None
 
 
 def _trainable(shard, recompute: bool) -> None:
@@ -231,9 +242,9 @@ class Actor:
         self.shard.head_outside = True
         self.model = self.shard.model
         _trainable(self.shard, recompute)
+        self.shard, params, masters, sharded = _zero3(self.shard, zero, masters)
         self.zero = zero
-        self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.lr, rl.weight_decay, zero,
-                                        masters)  # fmt: skip
+        self.optimizer = make_optimizer(params, optimizer, rl.lr, rl.weight_decay, sharded, masters)
         self.rl, self.algorithm, self.epochs = rl, algorithm, epochs
         self.pad_id, self.micro_batch, self.device, self.precision = pad_id, micro_batch, device, precision
         self.scaler = LossScaler(precision == "fp16")
@@ -265,7 +276,7 @@ class Actor:
         combine across replicas (zero on pipeline stages other than the last) and the global gradient norm.
         `old_logp` None (`reuses_old_logprobs`): the old log-probs are this forward's own, detached.
         """
-        from hetrl_cli.runtime.parallel import pipeline_train
+        from hetrl_cli.runtime.zero3 import train_passes
 
         sums = {"pg_loss_sum": 0.0, "kl_sum": 0.0, "clipped_sum": 0.0, "tokens": 0.0, "grad_norm": 0.0}
         starts = list(range(0, len(rollouts), self.micro_batch))
@@ -279,7 +290,7 @@ class Actor:
 
         for _ in range(self.epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            for part in pipeline_train(self.shard, batches, loss):
+            for part in train_passes(self.shard, batches, loss, self.pad_id):
                 for key in ("pg_loss_sum", "kl_sum", "clipped_sum", "tokens"):
                     sums[key] += float(part[key])
             sums["grad_norm"] = _step(self.shard, self.optimizer, self.zero, self.rl.grad_clip, dp, self.scaler)
@@ -347,10 +358,11 @@ class Critic:
         self.shard, masters = loaded.shard, loaded.masters
         self.model = self.shard.model
         _trainable(self.shard, recompute)
+        self.shard, params, masters, sharded = _zero3(self.shard, zero, masters)
         self.zero = zero
         self.scaler = LossScaler(precision == "fp16" and not frozen)
-        self.optimizer = make_optimizer([p for _, p in self.shard.held], optimizer, rl.critic_lr, rl.weight_decay,
-                                        zero, None if frozen else masters)  # fmt: skip
+        self.optimizer = make_optimizer(params, optimizer, rl.critic_lr, rl.weight_decay, sharded,
+                                        None if frozen else masters)  # fmt: skip
         self.rl, self.epochs, self.pad_id, self.micro_batch, self.device = rl, epochs, pad_id, micro_batch, device
 
     @staticmethod
@@ -365,7 +377,7 @@ class Critic:
         self, rollouts: list[Rollout], returns: Tensor, old_values: Tensor, total_tokens: float, dp: tuple[Any, int]
     ) -> dict[str, float]:
         """Clipped value loss, token sum over the step's `total_tokens` (exact over uneven DP shares)."""
-        from hetrl_cli.runtime.parallel import pipeline_train
+        from hetrl_cli.runtime.zero3 import train_passes
 
         sums = {"vf_loss_sum": 0.0, "vf_tokens": 0.0}
         starts = list(range(0, len(rollouts), self.micro_batch))
@@ -382,7 +394,7 @@ class Critic:
 
         for _ in range(self.epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            for part in pipeline_train(self.shard, batches, loss):
+            for part in train_passes(self.shard, batches, loss, self.pad_id):
                 for key in sums:
                     sums[key] += part[key]
             _step(self.shard, self.optimizer, self.zero, self.rl.grad_clip, dp, self.scaler)
@@ -411,11 +423,12 @@ def _full_state(shard, optimizer, zero: Any = None) -> dict[str, Any] | None:
     from hetrl_cli.runtime.sharding import consolidate
 
     consolidate(optimizer, zero)
-    if zero is not None and zero.active and shard.par.pos.replica != 0:
+    params_sharded = zero is not None and zero.active and zero.kind == "zero3"  # its gathers need every replica
+    if zero is not None and zero.active and not params_sharded and shard.par.pos.replica != 0:
         return None  # other replicas took part in the consolidation only
     weights = shard.full_weights()
     optim = shard.full_optimizer_state(optimizer)
-    if weights is None:
+    if weights is None or shard.par.pos.replica != 0:
         return None
     return {"model": dict(weights), "optimizer": optim}
 
