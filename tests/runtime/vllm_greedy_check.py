@@ -49,6 +49,8 @@ def main(cache_dir: str) -> None:
         "kv_gib": kv_gib,
         "can_sleep": engine.can_sleep,
         "checksum_equal": engine.weights_checksum() == reference.weights_checksum(),
+        "weights_bytes": engine.memory_report().weights_bytes,
+        "hf_weights_bytes": reference.memory_report().weights_bytes,
     }
     print("RESULT", json.dumps(result))
 

@@ -63,11 +63,12 @@ class WeightSync:
         """(local reshard seconds, remote copy seconds, the remote bottleneck's label or "local reshard",
         the per-tensor host seconds, all host seconds) of one weight sync; None when it moves nothing.
 
-        Colocated devices: a local reshard (LOCAL_RESHARD_PASSES over HBM; an all-gather first under ZeRO-3), and
-        for the actor's engine the refit around it (colocated_refit_s: sleep/wake and the per-tensor loader).
+        Colocated devices: a local reshard (LOCAL_RESHARD_PASSES over HBM; an all-gather first under ZeRO-3).
         Other devices: a pipelined broadcast tree over regions (broadcast_tree_s).
-        Plus WEIGHT_SYNC_PER_TENSOR_S per tensor and the calibrated overhead, both host work at the slowest
-        involved host's speed."""
+        Plus the host part: WEIGHT_SYNC_PER_TENSOR_S per tensor, for the actor's engine on colocated devices its
+        refit (colocated_refit_s: one sleep + wake and its loader per tensor), both scaled by the calibrated
+        overhead_factor, and the calibrated fixed overhead, all host work at the slowest involved host's speed
+        (so calibration fits the refit as the host overhead it is, not as memory bandwidth)."""
         cluster = self.cluster
         train_task, infer_task = SYNCED[role]
         head = HEAD[train_task]
@@ -89,22 +90,27 @@ class WeightSync:
                 hosts = [cluster.host_of(d) for d in known_t]
                 multi = frozenset(h for h in hosts if hosts.count(h) > 1)
                 local_s += allgather_s(nbytes, len(known_t), cluster.links.ring(frozenset(hosts), multi))
-            if role == "actor":
-                local_s += self.colocated_refit_s(arch.tensor_count(head), (*known_t, *local))
         remote_s = 0.0
         if remote:
             remote_s, label = self.broadcast_tree_s(known_t, remote, nbytes)
         scale = cluster.overhead_scale((*known_t, *known_g))
-        tensors_s = arch.tensor_count(head) * C.WEIGHT_SYNC_PER_TENSOR_S * self.overhead_factor.get("weight_sync", 1.0)
+        tensors = arch.tensor_count(head)
+        per_step = tensors * C.WEIGHT_SYNC_PER_TENSOR_S + (
+            self.colocated_refit_s(tensors) if local and role == "actor" else 0.0
+        )
+        tensors_s = per_step * self.overhead_factor.get("weight_sync", 1.0)
         host_s = (tensors_s + self.task_overhead_s.get("weight_sync", 0.0)) * scale
         return local_s, remote_s, label, tensors_s * scale, host_s
 
-    def colocated_refit_s(self, tensors: int, devices: Sequence[str]) -> float:
+    @staticmethod
+    def colocated_refit_s(tensors: int) -> float:
         """What a colocated engine pays per step besides the bytes: one sleep + wake (SLEEP_WAKE_S) and the
-        engine's loader per tensor (COLOCATED_LOAD_PER_TENSOR_S), host work at the slowest involved host's speed.
+        engine's loader per tensor (COLOCATED_LOAD_PER_TENSOR_S); parts() adds it to the host part (scaled by the
+        calibrated `overhead_factor["weight_sync"]` like the per-tensor broadcast cost, both GPU-engine figures
+        a runtime may beat, and by the slowest involved host's speed).
         An 8B model (399 tensors) on H100s: ~1.0 s (published colocated refits: 0.55-0.57 s for the load alone,
         verl PR #116; 3-8 s with a framework's pauses, barriers and trainer offload around it, docs/costmodel.md)."""
-        return (SLEEP_WAKE_S + tensors * COLOCATED_LOAD_PER_TENSOR_S) * self.cluster.overhead_scale(tuple(devices))
+        return SLEEP_WAKE_S + tensors * COLOCATED_LOAD_PER_TENSOR_S
 
     def broadcast_tree_s(self, train: Sequence[str], gen: Sequence[str], nbytes: float) -> tuple[float, str]:
         """Pipelined broadcast tree from the training hosts to the generation devices, region by region.

