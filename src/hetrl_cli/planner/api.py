@@ -28,10 +28,6 @@ if TYPE_CHECKING:
 SOLVERS = ("auto", "ilp", "hybrid", "verl", "streamrl")
 AUTO_ILP_SHARE = 0.5
 """`auto` picks the ILP when its estimated table-building time is under this share of the budget."""
-SECONDS_PER_TASK_CALL = 5e-4
-"""Rough cost of one cost-model task() call on this class of machine, for the `auto` estimate."""
-CALLS_PER_OPTION = 15
-"""Rough task() calls per (group, pool) option (layouts tried + exact re-scoring)."""
 FINISH_SHARE = 0.01
 """Share of the budget kept for re-scoring the answer and building the Plan after the solver stops."""
 ILP_HYBRID_SHARE = 0.2
@@ -153,20 +149,18 @@ def _solve(tables, solver: str, budget: Budget, seed: int, report, leaves: LeafO
 def choose_solver(tables, budget: Budget) -> tuple[str, str]:
     """ILP when its space exists and its tables are estimated to take under AUTO_ILP_SHARE of the seconds
     left."""
-    from hetrl_cli.planner.ilp import choose_granularity
-    from hetrl_cli.planner.space import count_pools, groupings
+    from hetrl_cli.planner.ilp import choose_granularity, estimate_s
+    from hetrl_cli.planner.space import count_pools
 
     gran = choose_granularity(tables, 150)
     if gran is None:
         n = count_pools(tables.classes, "host")
         return "hybrid", f"hybrid, the ILP space is too large ({n} whole-host pools)"
     budget_s = max(MIN_STAGE_S, budget.remaining_s())
-    subsets = {g for gs in groupings(tables.tasks) for g in gs}
-    options = count_pools(tables.classes, gran) * sum(len(s) for s in subsets)
-    estimate_s = options * CALLS_PER_OPTION * SECONDS_PER_TASK_CALL
-    if estimate_s <= AUTO_ILP_SHARE * budget_s:
-        return "ilp", f"ILP, ~{estimate_s:.0f} s of tables fit the {budget_s:.0f} s budget"
-    return "hybrid", f"hybrid, the ILP tables would take ~{estimate_s:.0f} s of the {budget_s:.0f} s budget"
+    estimate = estimate_s(tables, gran)  # tables and leaf MILPs, timed on a sample (ilp.estimate_s)
+    if estimate <= AUTO_ILP_SHARE * budget_s:
+        return "ilp", f"ILP, ~{estimate:.0f} s of tables and MILPs fit the {budget_s:.0f} s budget"
+    return "hybrid", f"hybrid, the ILP would take ~{estimate:.0f} s of the {budget_s:.0f} s budget"
 
 
 def run_ilp(tables, budget: Budget, seed: int, bases, report, leaves: LeafOptions | None = None) -> Outcome:
@@ -174,13 +168,17 @@ def run_ilp(tables, budget: Budget, seed: int, bases, report, leaves: LeafOption
     than the baselines) as its incumbent, so it returns a plan at least as good under any budget. When the
     ILP gives no plan of its own (space too large, no incumbent in time), the hybrid search for what is left
     (at least FALLBACK_MIN_S), the better of both returned. `leaves`: another MILP solver, leaf model files."""
-    from hetrl_cli.planner.ilp import realise, solve_ilp
+    from hetrl_cli.planner.ilp import realise
     from hetrl_cli.planner.ilp_pyomo import LeafOptions
+    from hetrl_cli.planner.lazy import solve_exact
 
     leaves = leaves or LeafOptions()
     first = _incumbent(tables, budget.first(ILP_HYBRID_SHARE), seed, bases, report)
     known = first.stats.objective if first is not None else None
-    result, space, note = solve_ilp(tables, budget, progress=report, leaf_solver=leaves.leaf_solver(), incumbent=known)
+    seeds = [(tuple(g.tasks for g in o.groups), [g.devices for g in o.groups]) for o in [first, *bases] if o]
+    result, space, note = solve_exact(  # past 150 pools: the lazy ILP from these plans (lazy.py)
+        tables, budget, seeds, progress=report, leaf_solver=leaves.leaf_solver(), incumbent=known, seed=seed
+    )
     note += leaves.finish(tables, space)
     proven = first is not None and result.status in ("optimal", "feasible")
     if proven and (result.options is None or result.objective > known * (1 + 1e-9)):  # a MIP gap above it

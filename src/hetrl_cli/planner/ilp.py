@@ -653,7 +653,8 @@ def solve_ilp(
     solves each leaf instead of HiGHS directly (ilp_pyomo.py: any solver pyomo drives). `incumbent` (seconds of
     a plan found before, the hybrid's) is the first cutoff, raised by INCUMBENT_SLACK so a plan as good is still
     found here; when none in the space is as good, the result has no options and its status and bound say
-    what was proven about the incumbent (optimal: nothing in the space beats it)."""
+    what was proven about the incumbent (optimal: nothing in the space beats it). Where even whole hosts give
+    more than `max_pools` pools: status `toolarge` (lazy.solve_exact runs the lazy ILP there)."""
     budget = budget.from_now()
     gran = granularity or choose_granularity(tables, max_pools)
     if gran is None:
@@ -662,6 +663,20 @@ def solve_ilp(
     if progress:
         progress(f"ILP: tables at {gran} granularity")
     space = build_space(tables, gran, budget.first(TABLES_SHARE))
+    best, n_bin = search_space(tables, space, budget, progress=progress, leaf_solver=leaf_solver, incumbent=incumbent)
+    return best, space, _note(space, gran, n_bin)
+
+
+def search_space(
+    tables: Tables,
+    space: IlpSpace,
+    budget: Budget,
+    *,
+    progress: Callable[[str], None] | None = None,
+    leaf_solver: Callable[[IlpModel, float], IlpResult] | None = None,
+    incumbent: float | None = None,
+) -> tuple[IlpResult, int]:
+    """The branch over L1 of `solve_ilp` on a built space: (its result, the largest leaf's binaries)."""
     bounds = {g: lower_bound(tables, space, g) for g in space.groupings}
     order = sorted(space.groupings, key=lambda g: (bounds[g], space.groupings.index(g)))
     best: IlpResult | None = None
@@ -699,17 +714,73 @@ def solve_ilp(
             best = result
     open_bounds = [bounds[g] for g in space.groupings if g not in proven]
     bound = min([*proven.values(), *open_bounds], default=math.inf)
-    note = _note(space, gran, n_bin)
     if best is None and incumbent is not None:  # nothing in the space beats the incumbent
         status = "optimal" if not open_bounds and space.complete else "feasible"
-        return IlpResult(status, None, min(bound, incumbent), solve_s), space, note
+        return IlpResult(status, None, min(bound, incumbent), solve_s), n_bin
     if best is None:
         status = "nosolution" if exhausted or open_bounds else "infeasible"
-        return IlpResult(status, None, None, solve_s), space, note
+        return IlpResult(status, None, None, solve_s), n_bin
     best.bound = min(bound, best.objective)
     proven_all = not open_bounds and all(
         proven[g] >= best.objective * (1 - 1e-9) or g == best.grouping for g in space.groupings
     )
     best.status = "optimal" if proven_all and space.complete else "feasible"
     best.seconds = solve_s
-    return best, space, note
+    return best, n_bin
+
+
+ESTIMATE_POOLS = 4
+"""Pools `estimate_s` scores every subset on (a seeded sample) to time the tables."""
+SEARCH_S_PER_COLUMN = 2e-4
+"""Seconds of leaf MILPs per column x[S,P] summed over the groupings (fitted on the uneven suite)."""
+
+
+def estimate_s(tables: Tables, granularity: Granularity) -> float:
+    """auto's estimate of the ILP's seconds (its tables and leaf MILPs; the hybrid's start is budgeted apart):
+    every subset's group option on ESTIMATE_POOLS pools drawn with a fixed seed, timed and scaled to all
+    pools (their cost-model calls are alike; the sample's entries stay cached for the real run); the pair
+    tables (`_pairs_s`); the leaves' columns (Σ over groupings of the pools each group can take, from the
+    sample's feasibility) at SEARCH_S_PER_COLUMN each. Timed on this machine as it is loaded now."""
+    import random
+
+    rng = random.Random(0)
+    pools = enumerate_pools(tables.classes, granularity)
+    all_groupings = groupings(tables.tasks)
+    subsets = sorted({g for gs in all_groupings for g in gs}, key=lambda s: (len(s), s))
+    sample = rng.sample(pools, min(ESTIMATE_POOLS, len(pools)))
+    feasible: dict[Subset, int] = dict.fromkeys(subsets, 0)
+    role_share: dict[str, float] = {}
+    start = time.monotonic()
+    for pool in sample:
+        devices = allocate(tables.classes, [pool])[0]
+        held = [i for i, s in enumerate(subsets) if tables.group_option(s, devices) is not None]
+        for i in held:
+            feasible[subsets[i]] += 1
+        held_options: dict = dict.fromkeys((i, 0) for i in held)  # _roles reads the keys only
+        for role, members in _roles(IlpSpace(granularity, [pool], all_groupings, subsets, held_options)).items():
+            role_share[role] = role_share.get(role, 0.0) + len(members) / len(sample)
+    per_pool = (time.monotonic() - start) / len(sample)
+    uses = {s: sum(s in g for g in all_groupings) for s in subsets}
+    columns = sum(feasible[s] / len(sample) * len(pools) * uses[s] for s in subsets)
+    return per_pool * len(pools) + _pairs_s(tables, pools, role_share, rng) + columns * SEARCH_S_PER_COLUMN
+
+
+def _pairs_s(tables: Tables, pools: list[Pool], role_share: dict[str, float], rng) -> float:
+    """The pair tables' seconds as `_fill_pairs` builds them: per kind of pair cost, the share of pools in
+    each of its two roles (from the sample) × the capacity-compatible share of pool pairs (400 drawn) ×
+    pools² × one pair cost's seconds (timed on up to 8 of the drawn pairs)."""
+    drawn = [(rng.choice(pools), rng.choice(pools)) for _ in range(400)]
+    fits = [(a, b) for a, b in drawn if _compatible(tables.classes, a, b)]
+    if not fits:
+        return 0.0
+    start = time.monotonic()
+    for a, b in fits[:8]:
+        da, db = allocate(tables.classes, [a, b])
+        tables.pair_cost(PairSpec("pair", 0, 0, 0.0, role="actor"), da, db)
+    per_pair = (time.monotonic() - start) / len(fits[:8])
+    specs = [spec for g in groupings(tables.tasks) for spec in tables.pair_specs(g)]
+    experience = {spec.nbytes for spec in specs if spec.boundary == 1 and not spec.weight_sync}
+    kinds = [(f"{role}_train_apart", f"{role}_infer_apart") for role in SYNCED]
+    kinds += [("gen", "not_gen")] + [("not_gen", "trainer")] * len(experience)
+    share = sum(role_share.get(a, 0.0) * role_share.get(b, 0.0) for a, b in kinds)
+    return share * len(fits) / len(drawn) * len(pools) ** 2 * per_pair

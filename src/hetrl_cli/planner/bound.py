@@ -1,0 +1,465 @@
+"""A lower bound on the best plan's iteration that needs no pool enumerated (issue 24: the exact solver scales).
+
+The ILP's tables cost tens of cost-model calls per (group, pool), and a cluster of 10 kinds of host with 1-2
+hosts each has 10^3-10^4 whole-host pools. This bound reads no table: it relaxes each group's devices to a
+*count of devices per device class* (integers, any split of a class between groups) and each task's time to
+floors that are sums over those devices, then minimises the iteration over the counts per grouping.
+
+Why each floor is ≤ the cost model's time of the task, on any device set of the planner's space (layouts of
+`space.layouts`: TP inside a host, generation unpipelined; any batch shares; any group mates):
+- A task's time is its slowest replica's time plus non-negative terms (DP all-reduce, optimizer step,
+  offload, calibrated overhead): `costmodel/tasks.py`. Mates only take memory (never make a task faster).
+- **Additive floors** (`Ratio`): in a replica every device d does its share of the work. Forward passes
+  (`costmodel/forward.py`): time ≥ m·t_p ≥ x_d/f_d + y_d/m_d for each device d of stage p, where x_d and y_d
+  are its matmul FLOPs (at the task's matmul efficiency) and non-matmul HBM bytes (at the elementwise
+  efficiency), and f_d, m_d its FLOP/s and bytes/s (a TP group runs at its slowest member, so at most
+  these). The x_d add up to the task's FLOPs, the y_d to at least the tp=1 traffic. For weights u, v ≥ 0:
+  u·x_d + v·y_d ≤ max(u·f_d, v·m_d)·(x_d/f_d + y_d/m_d) ≤ max(u·f_d, v·m_d)·T; summed over the devices,
+  T ≥ (u·X + v·Y) / Σ_d max(u·f_d, v·m_d) — the denominator is linear in the device counts. Generation
+  (`costmodel/generation.py`): each decode step takes ≥ the step's FLOPs / FLOP/s and ≥ its HBM bytes /
+  bytes/s (weights once per step, at most MAX_NUM_SEQS sequences per step, each reading its KV cache), and
+  the prefill's FLOPs add to it; the same argument gives T ≥ X/ΣF and T ≥ Y/ΣM.
+- **Per-class floors** (`TaskFloor.per_class`): a generation replica runs ≥ resp_tail decode steps
+  (`steps = max(Rt, …)`), each reading its weights (W/tp per device, tp ≤ the host's GPU count) at its
+  slowest member's bandwidth, so a group with a device of class k takes ≥ Rt·W/(tp_max·m_k) whatever its
+  share (the balancer cannot give a replica fewer steps). A forward replica on launching accelerators
+  waits ≥ its host's eager dispatch for every layer of every pass (time ≥ Σ_p t_p ≥ passes·L·dispatch).
+- **Optimizer** (`TaskFloor.added`): the step's traffic over every device's parameters is ≥ the model's
+  parameters × bytes, and the slowest device's share of it sets the term: ≥ that over Σ_d opt_d.
+- **Memory**: every device a task uses holds its shard of the weights (+ gradients when training; the
+  optimizer states may be offloaded) within its usable memory, and the shards add up to at least the
+  model's, so a group's devices hold Σ usable ≥ the largest of its tasks' (the cheap bound ignores this).
+- Weight syncs, transfers and the rule-based reward's floor are ≥ 0 (the floor is kept).
+
+Each floor A/L(n) is convex in the counts, so per grouping the minimum of the composed iteration over
+integer counts is bounded from below by a MILP of tangent cuts (Kelley): every tangent lies under its
+function, so each MILP's proven bound is a lower bound of that grouping's best plan, and cuts at the MILP's
+solution tighten it while time lasts. The space's bound is the least over groupings, capped by the incumbent
+(a feasible plan): it is ≤ the optimum of the ILP at any granularity and of the hybrid's space. Tested:
+≤ every task's fastest layout on random pools of the uneven suite, ≤ the full ILP's proven optimum.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from hetrl_cli.artifacts.rl import HEAD, PHASES, TRAIN_TASKS, TaskName
+from hetrl_cli.costmodel.compose import BOUNDARIES, SPANS, WEIGHT_SYNC, iteration_s, lanes, overlaps, span
+from hetrl_cli.planner.search import Subset
+
+CUT_ROUNDS = 25
+"""Kelley rounds per grouping at most (each adds the tangents its solution violates)."""
+CUT_TOLERANCE = 1e-4
+"""A floor under-estimated by less than this share at the MILP's solution gets no new cut."""
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """work / Σ_k n_k·rate[k] (n_k = devices of class k in the group)."""
+
+    work: float
+    rate: tuple[float, ...]
+
+    def value(self, counts) -> float:
+        den = sum(n * r for n, r in zip(counts, self.rate, strict=True))
+        return math.inf if den <= 0 else self.work / den
+
+
+@dataclass(frozen=True)
+class TaskFloor:
+    """T_task ≥ const + max(max_{k present} per_class[k]·tp_of[k]/τ, max_j ratios[j]) + Σ added, τ the least
+    tp_of[k] over the classes present (module docstring)."""
+
+    const: float
+    per_class: tuple[float, ...]
+    ratios: tuple[Ratio, ...]
+    added: tuple[Ratio, ...]
+    memory: float = 0.0
+    """Bytes the task's devices hold at least (its weights; + gradients when training): a group's devices
+    (at their usable memory) hold every task's (module docstring)."""
+    tp_of: tuple[int, ...] | None = None
+    """Per class, the largest TP a device set holding it allows (per_class[k] is the floor at that TP; one TP
+    serves the whole task, so a class that allows less scales every other class's floor up)."""
+
+    def tail(self, counts) -> float:
+        """max over the classes present of per_class, at the least TP they allow together."""
+        held = [k for k, n in enumerate(counts) if n > 0]
+        if not held:
+            return 0.0
+        if self.tp_of is None:
+            return max(self.per_class[k] for k in held)
+        tp = min(self.tp_of[k] for k in held)
+        return max(self.per_class[k] * self.tp_of[k] / tp for k in held)
+
+    def value(self, counts) -> float:
+        best = max([self.tail(counts), *(r.value(counts) for r in self.ratios)])
+        return self.const + best + sum(r.value(counts) for r in self.added)
+
+
+def class_rates(tables) -> tuple[list[float], list[float], list[float], list[bool], list[int]]:
+    """Per planner device class: FLOP/s, HBM bytes/s, optimizer bytes/s (cost model's figures, per device),
+    whether it launches (an accelerator), and the GPU count of its hosts where they hold other kinds too
+    (else 0: a TP group of this class's hosts is inside the sub-host)."""
+    cl = tables.cm.cluster
+    per_host: dict[str, int] = {}
+    for d in tables.profile.devices:
+        per_host[d.host] = per_host.get(d.host, 0) + 1
+    f, m, o, launches, host_gpus = [], [], [], [], []
+    for c in tables.classes:
+        dc = cl.classes[cl.device_class[c.devices[0][0]]]
+        f.append(dc.compute_Fps)
+        m.append(dc.mem_Bps)
+        o.append(dc.opt_Bps)
+        launches.append(dc.launches)
+        mixed = any(per_host[h] > c.per_host for h in c.hosts)
+        host_gpus.append(max(per_host[h] for h in c.hosts) if mixed else 0)
+    return f, m, o, launches, host_gpus
+
+
+def _max_tp(shape, gpus: int, divides: bool) -> int:
+    """The largest TP (a power of two the model's heads allow) at most `gpus`, dividing it where `divides`."""
+    tp, best = 1, 1
+    while tp <= gpus:
+        if shape.tp_ok(tp) and (not divides or gpus % tp == 0):
+            best = tp
+        tp *= 2
+    return best
+
+
+def task_floors(tables) -> dict[TaskName, TaskFloor]:
+    """Each device task's floor (module docstring), from the workload's step and the classes' rates."""
+    from hetrl_cli.costmodel import constants as C
+    from hetrl_cli.costmodel.memory import (
+        grad_bytes_per_param,
+        optimizer_step_traffic_bytes_per_param,
+        weight_bytes_per_param,
+    )
+
+    cm, step, w = tables.cm, tables.cm.step, tables.workload
+    f, m, o, launches, host_gpus = class_rates(tables)
+    memory = [c.memory_bytes for c in tables.classes]
+    footprint = step.prompt_tokens + step.resp_mean  # the KV cache a sequence reserves (generation.py)
+    n = step.n_samples
+    out: dict[TaskName, TaskFloor] = {}
+    for task in tables.tasks:
+        arch = step.arch[task]
+        const = cm.task_overhead_s.get(task, 0.0)
+        if task == "generation":
+            ctx = step.prompt_tokens + step.resp_mean / 2
+            decode = n * step.resp_mean * arch.forward_flops_per_token(ctx, "lm") / C.DECODE_MFU
+            prefill = n * step.prompt_tokens * arch.forward_flops_per_token(step.prompt_tokens / 2, "lm")
+            weights = step.stage_params(arch, "lm", (arch.num_layers,), 0) * weight_bytes_per_param(w)
+            kv = arch.kv_bytes_per_token(w.precision)
+            shape = tables.shapes[task]
+            # TP divides every host's chunk (whole sub-hosts or halving parts: at most the sub-host's power of
+            # two); on hosts with other kinds too, at most the host's GPUs
+            tp_max = [
+                _max_tp(shape, g, False) if g else _max_tp(shape, c.per_host, True)
+                for g, c in zip(host_gpus, tables.classes, strict=True)
+            ]
+            rates = []
+            for k, (b, mem) in enumerate(zip(m, memory, strict=True)):
+                # the KV cache holds at most this many sequences on a TP group of class k (no mates, no work space)
+                cap = min(C.MAX_NUM_SEQS, (tp_max[k] * mem * C.GEN_MEMORY_UTILIZATION - weights) / (kv * footprint))
+                rates.append(0.0 if cap < 1 else b * C.HBM_EFFICIENCY / (step.resp_mean * (weights / cap + ctx * kv)))
+            ratios = (Ratio(decode + prefill / C.PREFILL_MFU, tuple(f)), Ratio(n, tuple(rates)))
+            tails = tuple(step.resp_tail * weights / (t * b * C.HBM_EFFICIENCY) for t, b in zip(tp_max, m, strict=True))
+            const += step.resp_tail * C.DECODE_STEP_OVERHEAD_S * cm.overhead_factor.get("generation", 1.0)
+            out[task] = TaskFloor(const, tails, ratios, (), weights, tuple(tp_max))
+            continue
+        consts = cm.forward.consts(task)
+        head = HEAD[task]
+        passes = n * step.seq_mean * consts.mult * consts.passes[0]
+        flops = passes * arch.forward_flops_per_token(consts.context, head) / consts.matmul_efficiency
+        traffic = arch.num_layers * arch.layer_traffic_bytes_per_token(step.act_bytes, 1)
+        if head == "lm":
+            share = step.resp_mean / step.seq_mean
+            traffic += arch.vocab_size * (step.act_bytes + share * C.LOGITS_TRAFFIC_BYTES_PER_RESPONSE_ENTRY)
+        nbytes = passes * traffic / C.ELEMENTWISE_HBM_EFFICIENCY
+        ratios = [Ratio(flops, tuple(f)), Ratio(nbytes, tuple(m))]
+        for fk, mk in sorted({(a, b) for a, b in zip(f, m, strict=True) if a > 0 and b > 0}):
+            v = fk / mk  # u = 1: the weights where class k's two resources balance
+            ratios.append(Ratio(flops + v * nbytes, tuple(max(a, v * b) for a, b in zip(f, m, strict=True))))
+        dispatch = consts.passes[0] * arch.num_layers * consts.dispatch_s_per_layer
+        per_class = tuple(dispatch if all(launches) else 0.0 for _ in f)
+        if all(launches):  # m ≥ share / micro_batch passes, each waiting for every layer's dispatch
+            ratios.append(Ratio(n * dispatch / w.micro_batch, tuple(1.0 for _ in f)))
+        added: tuple[Ratio, ...] = ()
+        held = arch.param_count(head) * weight_bytes_per_param(w)
+        if task in TRAIN_TASKS:
+            opt = w.ppo_epochs * arch.param_count(head) * optimizer_step_traffic_bytes_per_param(w)
+            added = (Ratio(opt, tuple(o)),)
+            held += arch.param_count(head) * grad_bytes_per_param(w)
+        out[task] = TaskFloor(const, per_class, tuple(ratios), added, held)
+    return out
+
+
+def _cheap(floor: TaskFloor, all_counts) -> float:
+    """The floor minimised over device sets with capacity ignored: each part at its own best (the fewest
+    per-class floor: one class; the ratios: every device)."""
+    least = min((g for g in floor.per_class), default=0.0)  # one class alone: its own TP
+    best = max([least, *(r.value(all_counts) for r in floor.ratios)])
+    return floor.const + best + sum(r.value(all_counts) for r in floor.added)
+
+
+def compose_floor(tables, grouping: tuple[Subset, ...], task_s: list[dict[TaskName, float]]) -> float:
+    """The iteration from per-group task floors: phase spans (with the planner's floors), no transfers or
+    weight sync (both ≥ 0)."""
+    from hetrl_cli.planner.tables import PHASE_OF
+
+    spans = []
+    for i, floor in enumerate(tables.floor):
+        held = [sum(s for t, s in ts.items() if PHASE_OF[t] == i) for g, ts in zip(grouping, task_s, strict=True)
+                if any(PHASE_OF[t] == i for t in g)]  # fmt: skip
+        spans.append(span(held, floor))
+    return iteration_s(spans, (0.0, 0.0), 0.0, overlaps(tables.workload.mode, grouping))
+
+
+def cheap_bound(tables, floors: dict[TaskName, TaskFloor], grouping: tuple[Subset, ...]) -> float:
+    """A grouping's bound with every group free to take every device (capacity ignored)."""
+    all_counts = [c.size for c in tables.classes]
+    return compose_floor(tables, grouping, [{t: _cheap(floors[t], all_counts) for t in g} for g in grouping])
+
+
+class _CutModel:
+    """One grouping's relaxation as an LP for HiGHS: device counts per (group, class) (continuous: a relaxation
+    of the integer counts, which bounded 0-0.4 % higher on the uneven suite at 100x the time), each floor's
+    convex ratios under tangent cuts (module docstring), the phase spans and the composition's lanes."""
+
+    def __init__(
+        self, tables, floors: dict[TaskName, TaskFloor], grouping: tuple[Subset, ...], integer: bool = False
+    ) -> None:
+        from hetrl_cli.costmodel import constants as C
+        from hetrl_cli.planner.ilp import _Lp
+        from hetrl_cli.planner.tables import PHASE_OF
+
+        self.lp = lp = _Lp()
+        caps = [c.size for c in tables.classes]
+        self.n = [[lp.var(0.0, float(cap)) for cap in caps] for _ in grouping]
+        self.cuts: list[tuple[int, Ratio, list[int]]] = []  # (epigraph column, ratio, count columns)
+        self.pending: list[tuple[dict[int, float], float, float]] = []
+        z = [lp.var() for _ in PHASES]
+        self.T = lp.var()
+        for k, cap in enumerate(caps):
+            lp.row({self.n[j][k]: 1.0 for j in range(len(grouping))}, upper=cap)
+        usable = [c.memory_bytes * max(C.GEN_MEMORY_UTILIZATION, C.USABLE_MEMORY_FRACTION) for c in tables.classes]
+        for j, group in enumerate(grouping):
+            lp.row({col: 1.0 for col in self.n[j]}, lower=1.0)
+            need = max(floors[t].memory for t in group)
+            if need > 0:  # every task's weights (+ gradients) fit the group's devices
+                lp.row({col: u for col, u in zip(self.n[j], usable, strict=True)}, lower=need)
+            present = None
+            per_phase: dict[int, dict[int, float]] = {}
+            const: dict[int, float] = {}
+            for task in group:
+                fl = floors[task]
+                w = lp.var()
+                if any(fl.per_class):
+                    if present is None:  # present[k] ≥ n[j][k] / cap: 1 where the group holds all of class k
+                        # (binary where a TP coupling reads it: the least TP of the classes held)
+                        coupled = integer and any(floors[t].tp_of is not None for t in group)
+                        present = [lp.var(0.0, 1.0, integer=coupled) for _ in caps]
+                        for k, cap in enumerate(caps):
+                            lp.row({self.n[j][k]: 1.0, present[k]: -float(cap)}, upper=0.0)
+                    self._tails(w, fl, present)
+                for ratio in fl.ratios:
+                    lp.row({w: 1.0, self._epigraph(ratio, j, caps): -1.0}, lower=0.0)
+                i = PHASE_OF[task]
+                terms = per_phase.setdefault(i, {})
+                terms[w] = 1.0
+                for ratio in fl.added:
+                    terms[self._epigraph(ratio, j, caps)] = 1.0
+                const[i] = const.get(i, 0.0) + fl.const
+            for i, terms in per_phase.items():
+                lp.row({z[i]: 1.0, **{c: -v for c, v in terms.items()}}, lower=const[i])
+        for i, floor in enumerate(tables.floor):
+            if floor > 0:
+                lp.row({z[i]: 1.0}, lower=floor)
+        name = dict(zip(SPANS, z, strict=True))
+        for lane in lanes(overlaps(tables.workload.mode, grouping)):
+            cols = [name[t] for part in lane for t in part if t not in (*BOUNDARIES, WEIGHT_SYNC)]
+            lp.row({self.T: 1.0, **{c: -1.0 for c in cols}}, lower=0.0)
+        lp.rows.extend(self.pending)
+        self.pending = []
+        self.h = self._highs()
+
+    def _tails(self, w: int, fl: TaskFloor, present: list[int]) -> None:
+        """w ≥ per_class[k] where class k is present; with a TP coupling, w ≥ per_class[k]·tp_of[k]/tp_of[i]
+        where classes k and i are both present (tp_of[i] < tp_of[k])."""
+        lp = self.lp
+        for k, g in enumerate(fl.per_class):
+            if g <= 0:
+                continue
+            lp.row({w: 1.0, present[k]: -g}, lower=0.0)
+            if fl.tp_of is None:
+                continue
+            for i, tp in enumerate(fl.tp_of):
+                if tp < fl.tp_of[k]:
+                    scaled = g * fl.tp_of[k] / tp
+                    lp.row({w: 1.0, present[k]: -scaled, present[i]: -scaled}, lower=-scaled)
+
+    def _highs(self):
+        import highspy
+        import numpy as np
+
+        from hetrl_cli.planner.ilp import _inf, _quiet_highs
+
+        lp, inf = self.lp, highspy.kHighsInf
+        h = _quiet_highs(highspy)
+        h.setOptionValue("threads", 1)
+        n = len(lp.lower)
+        h.addVars(n, np.array([_inf(v, inf) for v in lp.lower]), np.array([_inf(v, inf) for v in lp.upper]))
+        h.changeColCost(self.T, 1.0)
+        ints = np.array([i for i in range(n) if lp.integer[i]], dtype=np.int32)
+        if len(ints):
+            h.changeColsIntegrality(len(ints), ints, np.array([highspy.HighsVarType.kInteger] * len(ints)))
+        self.integer = bool(len(ints))
+        self._add_rows(h, lp.rows)
+        return h
+
+    @staticmethod
+    def _add_rows(h, rows) -> None:
+        import highspy
+        import numpy as np
+
+        from hetrl_cli.planner.ilp import _inf
+
+        inf = highspy.kHighsInf
+        starts, index, value = [], [], []
+        for expr, _, _ in rows:
+            starts.append(len(index))
+            for col, coef in expr.items():
+                if coef != 0.0:
+                    index.append(col)
+                    value.append(coef)
+        h.addRows(
+            len(rows),
+            np.array([_inf(r[1], inf) for r in rows]),
+            np.array([_inf(r[2], inf) for r in rows]),
+            len(index),
+            np.array(starts, dtype=np.int32),
+            np.array(index, dtype=np.int32),
+            np.array(value),
+        )
+
+    def _epigraph(self, ratio: Ratio, j: int, caps: list[int]) -> int:
+        """A column e ≥ ratio.work / L(n_j), with tangents at the whole cluster and halvings of it."""
+        e = self.lp.var()
+        cols = self.n[j]
+        self.cuts.append((e, ratio, cols))
+        point = sum(c * r for c, r in zip(caps, ratio.rate, strict=True))
+        least = min((r for r in ratio.rate if r > 0), default=0.0)
+        while point >= least > 0:
+            self._tangent(e, ratio, cols, point)
+            point /= 2
+        return e
+
+    def _tangent(self, e: int, ratio: Ratio, cols: list[int], at: float) -> None:
+        """e ≥ 2A/L0 − A·L/L0² (the tangent of A/L at L0; A/L is convex for L > 0)."""
+        slope = ratio.work / (at * at)
+        expr = {e: 1.0, **{c: slope * r for c, r in zip(cols, ratio.rate, strict=True) if r}}
+        self.pending.append((expr, 2 * ratio.work / at, math.inf))
+
+    def solve(self, seconds: float) -> tuple[float | None, list[float] | None]:
+        """(this LP's optimum, a lower bound; its column values) within `seconds`; (None, None) without."""
+        import highspy
+
+        h = self.h
+        h.setOptionValue("time_limit", max(0.05, seconds))
+        h.run()
+        info = h.getInfo()
+        if info.primal_solution_status != 2:  # no solution: no cut point (a time limit)
+            return None, None
+        if self.integer:  # the MIP's proven bound (≤ its optimum under HiGHS's gap)
+            bound = float(info.mip_dual_bound)
+        elif h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+            bound = float(info.objective_function_value)
+        else:
+            return None, None
+        return bound, list(h.getSolution().col_value)
+
+    def refine(self, values: list[float]) -> int:
+        """Tangents at the solution where a ratio is under-estimated; how many were added."""
+        for e, ratio, cols in self.cuts:
+            at = sum(values[c] * r for c, r in zip(cols, ratio.rate, strict=True))
+            if at > 0 and ratio.work / at > values[e] * (1 + CUT_TOLERANCE) + 1e-12:
+                self._tangent(e, ratio, cols, at)
+        added, self.pending = self.pending, []
+        if added:
+            self._add_rows(self.h, added)
+        return len(added)
+
+
+def grouping_bound(
+    tables, floors, grouping: tuple[Subset, ...], deadline: float, stop_at: float = math.inf, integer: bool = False
+) -> tuple[float, list[list[float]] | None]:
+    """A lower bound on every plan of `grouping` and the relaxation's device counts per (group, class) (None
+    where no LP was solved): Kelley rounds of `_CutModel` until no cut is violated or none gains, its bound
+    reaches `stop_at`, CUT_ROUNDS, or the `deadline` (time.monotonic()); at least the cheap bound."""
+    best = cheap_bound(tables, floors, grouping)
+    if best >= stop_at:
+        return best, None
+    model = _CutModel(tables, floors, grouping, integer)
+    counts, previous = None, -math.inf
+    for _ in range(CUT_ROUNDS):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        bound, values = model.solve(left)
+        if bound is None or values is None:
+            break
+        counts = [[values[c] for c in cols] for cols in model.n]
+        gained, previous = bound > previous * (1 + 1e-3), bound
+        best = max(best, bound)
+        if best >= stop_at or model.refine(values) == 0 or not gained:
+            break
+    return best, counts
+
+
+@dataclass
+class SpaceBound:
+    """The bound over every grouping (least of the groupings' bounds, at most the incumbent)."""
+
+    bound: float
+    per_grouping: dict[tuple[Subset, ...], float]
+    refined: int
+    """Groupings whose LP was solved (the rest: their cheap bound)."""
+    complete: bool
+    """Every grouping whose cheap bound was below the answer had its LP solved."""
+    counts: dict[tuple[Subset, ...], list[list[float]]]
+    """The relaxation's devices per (group, class) of each refined grouping (where the lazy ILP looks)."""
+
+
+def space_bound(tables, deadline: float, incumbent: float | None = None) -> SpaceBound:
+    """The least grouping bound. Groupings in increasing cheap bound get their LP (continuous presence) until
+    the `deadline`; then, in increasing LP bound, the MILP with binary presence (the TP coupling binds
+    there) while time is left. A grouping whose bound so far is at least the least refined one (or the
+    incumbent) cannot lower it, so each pass stops there. Valid at any point: a grouping counts with the
+    best bound it got (cheap, LP or MILP)."""
+    from hetrl_cli.planner.space import groupings
+
+    floors = task_floors(tables)
+    best = {g: cheap_bound(tables, floors, g) for g in groupings(tables.tasks)}
+    cap = math.inf if incumbent is None else incumbent
+    counts: dict[tuple[Subset, ...], list[list[float]]] = {}
+    refined: set[tuple[Subset, ...]] = set()
+    complete = True
+    for integer in (False, True):
+        order = sorted(best, key=best.__getitem__)
+        low = cap  # the least bound this pass refined: groupings from a larger one on cannot go below it
+        for g in order:
+            if best[g] >= low:
+                break
+            if time.monotonic() >= deadline:
+                complete = complete and integer
+                break
+            value, solution = grouping_bound(tables, floors, g, deadline, stop_at=low, integer=integer)
+            best[g] = max(best[g], value)
+            refined.add(g)
+            if solution is not None:
+                counts[g] = solution
+            low = min(low, best[g])
+    bound = min(cap, min(best.values(), default=math.inf)) * (1 - 1e-9)  # float slack: a floor may equal a time
+    return SpaceBound(bound, {g: best[g] for g in refined}, len(refined), complete, counts)

@@ -1,0 +1,157 @@
+"""Issue 24: the exact solver scales. Past 150 whole-host pools `--solver ilp` fell back to the hybrid
+("ILP space too large (N whole-host pools)") with no bound; now the lazy ILP (planner/lazy.py) returns a plan
+with a certified lower bound from the device-count relaxation (planner/bound.py).
+
+The bound's validity is tested where it can be: every task floor below the task's fastest layout on every
+pool of small clusters and on random pools of uneven ones, the relaxation below the full ILP's proven
+optimum, and on a large cluster below every plan any solver finds."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hetrl_cli.artifacts.io import save_artifact
+from hetrl_cli.artifacts.workload import ModelSpec, Workload
+from hetrl_cli.costmodel.model import CostModel
+from hetrl_cli.planner.api import make_plan
+from hetrl_cli.planner.bound import space_bound, task_floors
+from hetrl_cli.planner.ilp import solve_ilp
+from hetrl_cli.planner.search import Budget
+from hetrl_cli.planner.space import allocate, count_pools, enumerate_pools, groupings
+from hetrl_cli.planner.tables import Tables
+
+from .conftest import TINY, cluster, workload
+
+HETRL = str(__import__("pathlib").Path(sys.executable).with_name("hetrl"))
+
+WIDE = [  # 8 kinds of host, one each, three regions: 255 whole-host pools (the full ILP takes at most 150)
+    {"gpu": "H100 SXM", "gpus_per_node": 4, "nodes": 1, "region": "r1"},
+    {"gpu": "A100 80GB", "gpus_per_node": 4, "nodes": 1, "region": "r1"},
+    {"gpu": "A100 40GB", "gpus_per_node": 2, "nodes": 1, "region": "r2"},
+    {"gpu": "L40S", "gpus_per_node": 2, "nodes": 1, "region": "r2"},
+    {"gpu": "L4", "gpus_per_node": 3, "nodes": 1, "region": "r3"},
+    {"gpu": "A10G", "gpus_per_node": 4, "nodes": 1, "region": "r3"},
+    {"gpu": "RTX 4090", "gpus_per_node": 1, "nodes": 1, "region": "r1"},
+    {"gpu": "V100", "gpus_per_node": 2, "nodes": 1, "region": "r2"},
+]
+UNEVEN = [  # hosts of 1, 3, 5 and 6 GPUs beside 4 and 8, two regions
+    {"gpu": "H100 SXM", "gpus_per_node": 8, "nodes": 1, "region": "r1"},
+    {"gpu": "A100 80GB", "gpus_per_node": 3, "nodes": 2, "region": "r1"},
+    {"gpu": "L40S", "gpus_per_node": 5, "nodes": 1, "region": "r2"},
+    {"gpu": "A10G", "gpus_per_node": 6, "nodes": 1, "region": "r2"},
+    {"gpu": "T4", "gpus_per_node": 1, "nodes": 2, "region": "r2"},
+]
+WORKLOADS = [("grpo", "sync"), ("grpo", "async"), ("ppo", "sync"), ("ppo", "async")]
+
+
+def tables_for(profile, w: Workload) -> Tables:
+    return Tables(CostModel(profile, w), profile, w)
+
+
+def floors_hold(tables: Tables, pools) -> int:
+    """Every task's floor ≤ its fastest layout alone, and ≤ its time in every group option, on `pools`."""
+    floors = task_floors(tables)
+    checked = 0
+    for pool in pools:
+        devices = allocate(tables.classes, [pool])[0]
+        counts = [w * c.per_host + p for (w, p), c in zip(pool, tables.classes, strict=True)]
+        for task in tables.tasks:
+            fastest = tables.alone(task, devices)
+            if fastest:
+                assert floors[task].value(counts) <= fastest[0][0] * (1 + 1e-9), (task, pool)
+                checked += 1
+        for subset in ((t,) for t in tables.tasks):
+            option = tables.group_option(subset, devices)
+            if option is not None:
+                assert floors[subset[0]].value(counts) <= option.task_s[0] * (1 + 1e-9)
+    return checked
+
+
+@pytest.mark.parametrize(("algorithm", "mode"), WORKLOADS)
+def test_floors_hold_on_every_pool_of_the_tiny_clusters(algorithm, mode):
+    for name, groups in TINY.items():
+        t = tables_for(cluster(name, groups), workload(algorithm, mode))
+        assert floors_hold(t, enumerate_pools(t.classes, "fine")) > 0
+
+
+@pytest.mark.parametrize("arch", ["qwen3-1.7b", "qwen3-8b"])
+def test_floors_hold_on_random_pools_of_an_uneven_cluster(arch):
+    w = Workload(
+        algorithm="ppo", mode="sync", actor=ModelSpec(arch=arch), critic=ModelSpec(arch=arch),
+        reward=ModelSpec(arch="qwen3-0.6b"),
+    )  # fmt: skip
+    t = tables_for(cluster("uneven", UNEVEN), w)
+    pools = enumerate_pools(t.classes, "host")
+    assert floors_hold(t, random.Random(0).sample(pools, 25)) > 25
+
+
+@pytest.mark.parametrize(("algorithm", "mode"), WORKLOADS)
+def test_the_relaxation_is_below_the_ilp_optimum(algorithm, mode):
+    """Where the full ILP proves its optimum (all pools enumerated), the relaxation bound is below it."""
+    for name, groups in TINY.items():
+        t = tables_for(cluster(name, groups), workload(algorithm, mode))
+        result, _space, _note = solve_ilp(t, Budget(60), granularity="fine")
+        assert result.status == "optimal"
+        relaxed = space_bound(t, time.monotonic() + 30)
+        assert relaxed.complete and 0 < relaxed.bound <= result.objective * (1 + 1e-9), (name, relaxed.bound)
+
+
+def test_the_relaxation_is_below_the_ilp_optimum_on_uneven_hosts():
+    small = ModelSpec(arch="qwen3-0.6b")
+    w = Workload(algorithm="grpo", mode="async", actor=ModelSpec(arch="qwen3-1.7b"), reward=small)
+    t = tables_for(cluster("uneven", UNEVEN), w)
+    result, _space, _note = solve_ilp(t, Budget(120), granularity="host")
+    assert result.status == "optimal"
+    relaxed = space_bound(t, time.monotonic() + 30)
+    assert 0 < relaxed.bound <= result.objective * (1 + 1e-9)
+
+
+@pytest.fixture(scope="module")
+def wide():
+    return cluster("wide", WIDE)
+
+
+def ppo_8b() -> Workload:
+    eight = ModelSpec(arch="qwen3-8b")
+    return Workload(algorithm="ppo", mode="sync", actor=eight, critic=eight, reward=ModelSpec(arch="qwen3-1.7b"))
+
+
+def test_past_150_pools_the_ilp_returns_a_plan_with_a_certified_bound(wide, tmp_path):
+    """Before: 'ILP gave no plan (ILP space too large (255 whole-host pools)): fell back to the hybrid result'
+    with no bound. Now a plan of the ILP with a bound below it, and every other plan above that bound."""
+    w = ppo_8b()
+    assert count_pools(tables_for(wide, w).classes, "host") == 255
+    plan = make_plan(wide, w, solver="ilp", budget_s=20, max_evals=32, seed=0)
+    s = plan.solver
+    assert s.solver == "ilp" and "lazy ILP" in s.note and "fell back" not in s.note, s.note
+    assert s.bound is not None and s.gap is not None and 0 < s.bound <= s.objective
+    assert s.gap == pytest.approx(1 - s.bound / s.objective, abs=1e-9) or s.status == "optimal"
+    assert make_plan(wide, w, solver="streamrl", budget_s=60).cost.iteration_s >= s.bound
+    path = tmp_path / "plan.json"
+    save_artifact(plan, path)
+    shown = subprocess.run([HETRL, "show", str(path), "--format", "markdown"], capture_output=True, text=True)
+    assert shown.returncode == 0 and f"bound {s.bound:.4g}" in shown.stdout and "gap" in shown.stdout
+
+
+@pytest.mark.slow
+def test_the_lazy_ilp_is_never_worse_than_the_hybrid_it_starts_from(wide):
+    w = ppo_8b()
+    hybrid = make_plan(wide, w, solver="hybrid", budget_s=600, max_evals=64, seed=0)
+    ilp = make_plan(wide, w, solver="ilp", budget_s=20, max_evals=64, seed=0)
+    assert ilp.solver.objective <= hybrid.solver.objective * (1 + 1e-9)
+    assert hybrid.solver.objective >= ilp.solver.bound  # the bound holds for the hybrid's plan too
+
+
+def test_the_relaxation_bounds_every_grouping(wide):
+    """Each grouping's bound is at least its cheap bound and the space's bound is their least."""
+    w = ppo_8b()
+    t = tables_for(wide, w)
+    relaxed = space_bound(t, time.monotonic() + 60)
+    assert relaxed.complete and relaxed.refined >= 1
+    assert relaxed.bound <= min(relaxed.per_grouping.values())
+    assert set(relaxed.per_grouping) <= set(groupings(t.tasks))
