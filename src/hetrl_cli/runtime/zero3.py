@@ -402,7 +402,7 @@ class Zero3Shard(Shard):
                 tp = self._tp_offsets(name, p.dim())
                 for key, value in chunks:
                     if isinstance(value, Tensor) and value.dim() == 0:
-                        if lo == start:  # once: on the rank that holds the parameter's first element
+                        if lo == start and not any(tp):  # once: with the parameter's first element
                             yield name, key, value, ()
                         continue
                     for offsets, sizes in _boxes(tuple(p.shape), lo - start, hi - start):
