@@ -118,8 +118,9 @@ AUTOCAST_WEIGHT_COPY_BYTES_PER_PARAM = 2
 """Mixed-precision training under autocast keeps fp32 weights and gradients and a bf16 copy of each weight
 from the forward to the backward: 18 B per parameter with Adam, 2 more than the 16 of bf16 weights and
 gradients + fp32 master and moments that the model states count."""
-ZERO3_PREFETCH_LAYERS = 2
-"""FSDP/ZeRO-3 holds the gathered parameters of the current and the prefetched layer."""
+ZERO3_GATHERED_LAYERS = 1
+"""ZeRO-3 as the runtime executes it (runtime/zero3.py) gathers one decoder layer at a time, no prefetch: during
+its backward that layer's full weights, its full gradients and their flat copy for the reduce-scatter coexist."""
 HOST_DEVICE_Bps = 25.0e9
 """Host↔device copy bandwidth for offloading: PCIe 4.0 ×16 is 31.5 GB/s theoretical; pinned cudaMemcpy
 reaches ≈ 25 GB/s (NVIDIA `bandwidthTest`)."""

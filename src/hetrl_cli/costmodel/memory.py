@@ -7,7 +7,8 @@ them per rank):
   grads    = precision bytes
   optimizer= Adam/AdamW: fp32 master + m + v = 12 (fp32 training: m + v = 8);
              SGD (no momentum, torch's default): fp32 master = 4 (fp32 training: 0)
-ZeRO sharding over the dp replicas: zero1 shards the optimizer, zero2 also the grads, zero3 also the weights.
+ZeRO sharding over the dp replicas: zero1 shards the optimizer, zero2 also the grads, zero3 also the weights
+(while a stage computes, zero3 also holds what it gathers: `zero3_gathered_bytes`).
 
 Residency between colocated tasks (what a group's device holds while *another* task of the group runs):
   actor_train / critic_train : weights + optimizer (optimizer not when offload=True: it goes to host memory
@@ -149,6 +150,16 @@ def train_state_bytes(workload: Workload, params: float, dp: int) -> tuple[float
     return weights, grads, opt
 
 
+def zero3_gathered_bytes(workload: Workload, arch: ArchSpec, root_params: float, tp: int) -> float:
+    """What ZeRO-3 holds in full beyond its chunks while a stage computes (runtime/zero3.py): the stage's
+    parameters outside its decoder layers (`root_params`: embedding, final norm, head), gathered for a whole pass
+    with their full gradients accumulating over its micro-batches, and one decoder layer at a time, whose backward
+    holds its weights, its gradients and their flat copy for the reduce-scatter."""
+    w, g = weight_bytes_per_param(workload), grad_bytes_per_param(workload)
+    layers = C.ZERO3_GATHERED_LAYERS * arch.layer_params / tp * (w + 2 * g)
+    return layers + root_params * (w + g)
+
+
 def train_stage_bytes(
     step: Step,
     arch: ArchSpec,
@@ -179,7 +190,7 @@ def train_stage_bytes(
         weights += params_dev * C.AUTOCAST_WEIGHT_COPY_BYTES_PER_PARAM
     gather = 0.0
     if zero == "zero3":
-        gather = C.ZERO3_PREFETCH_LAYERS * arch.layer_params * weight_bytes_per_param(w) / st.tp
+        gather = zero3_gathered_bytes(w, arch, params_dev - split[p] * arch.layer_params / st.tp, st.tp)
     total = weights + grads + opt + acts + logits + gather
     what = "weights+grads+optimizer+activations"
     if opt >= 0.5 * total:
