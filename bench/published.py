@@ -7,9 +7,10 @@ was read (URL, table, date) and the run's setting (model, GPUs, parallel layout,
 `CostModel.task()` / `CostModel.evaluate()`, exactly as the planner would.
 
 The figures are split into a fit set and a check set, chosen before any fitting (`Figure.split` and its
-`why`). `fit_constants` then asks which values of a few cost-model constants the fit set implies and what the
-check set's error would be with them. That is analysis only: nothing here changes costmodel/constants.py (the
-constants are patched in memory for the duration of one prediction and restored).
+`why`). `fit_constants` asks which values of the fitted constants (`PRIORS`) the fit set implies and what the
+check set's error is with them; costmodel/constants.py holds the result, rounded (tests/costmodel/
+test_published.py checks it). This script never writes constants.py: it patches the constants in memory for one
+prediction at a time and restores them. "today" in its output is constants.py as it is.
 
     .venv/bin/python bench/published.py                 # table + fit, writes bench/results/published.json
     .venv/bin/python bench/published.py --no-fit --out -   # today's predictions only, JSON on stdout
