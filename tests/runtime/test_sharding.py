@@ -480,20 +480,27 @@ def test_zero3_updates_equal_one_process(tiny_dir: Path, tmp_path: Path, shape: 
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
 def test_hetrl_run_zero3_matches_unsharded(hetrl, tmp_path: Path, algorithm: str) -> None:
     """Colocated DP 2 (shares 0.25/0.75) with zero3 (+ recompute and offload for GRPO; PPO's critic inference runs
-    on the zero3 critic): 3 steps match the plain run of the same plan, and the engines hold the trainer's
-    weights after every sync (the gathers of every replica feed the weight sync)."""
+    on the zero3 critic): 2 steps, a checkpoint of every rank's chunks, --resume to 3; every step matches the
+    plain run of the same plan, and the engines hold the trainer's weights after every sync (the gathers of every
+    replica feed the weight sync)."""
     plain = colocated(tiny_workload(algorithm=algorithm))
     sharded = colocated(tiny_workload(algorithm=algorithm, sharding="zero3", recompute=algorithm == "grpo"))
     for task in sharded.tasks:
         task.offload = algorithm == "grpo"
     save_artifact(plain, tmp_path / "plain.json")
     save_artifact(sharded, tmp_path / "sharded.json")
-    common = ["--engine", "hf", "--steps", "3", "--checkpoint-every", "0", "--verify-weights"]
-    base = hetrl("run", tmp_path / "plain.json", "--run-dir", tmp_path / "plain", *common, cwd=tmp_path)
+    common = ["--engine", "hf", "--verify-weights"]
+    base = hetrl("run", tmp_path / "plain.json", "--run-dir", tmp_path / "plain", "--steps", "3", *common,
+                 cwd=tmp_path)  # fmt: skip
     assert base.returncode == 0, base.stderr[-3000:]
-    run = hetrl("run", tmp_path / "sharded.json", "--run-dir", tmp_path / "sharded", *common, cwd=tmp_path)
+    run_dir = tmp_path / "sharded"
+    run = hetrl("run", tmp_path / "sharded.json", "--run-dir", run_dir, "--steps", "2", *common, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    lines, expected = _metrics(tmp_path / "sharded"), _metrics(tmp_path / "plain")
+    # resumed from the checkpoint every rank wrote its chunks into (runtime/zero3.py checkpoint_pieces)
+    resumed = hetrl("run", tmp_path / "sharded.json", "--steps", "3", "--resume", run_dir, *common, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming after step 2" in resumed.stderr
+    lines, expected = _metrics(run_dir), _metrics(tmp_path / "plain")
     assert [m["step"] for m in lines] == [1, 2, 3]
     keys = ["reward_mean", "pg_loss", "kl", "grad_norm", "response_tokens"] + ["vf_loss"] * (algorithm == "ppo")
     for mine, theirs in zip(lines, expected, strict=True):
