@@ -5,6 +5,7 @@ nothing does, and anytime over a ladder of --max-evals.
     .venv/bin/python bench/uneven_suite.py                      # 40 settings, ladder 32 64 128 256 512
     .venv/bin/python bench/uneven_suite.py --count 8 --ladder 32 128
     .venv/bin/python bench/uneven_suite.py --list               # the settings only, nothing planned
+    .venv/bin/python bench/uneven_suite.py --ilp                # the exact solver: bound, gap, auto's estimate
 
 Each setting (`settings(count, seed)`): 3–6 GPU types of V100, T4, A10G, L4, L40S, A100 40/80 GB, H100, H200
 and RTX 4090; hosts of 1, 2, 3, 4, 5, 6 or 8 GPUs (one or two host sizes per type); 2–5 regions; WAN
@@ -15,6 +16,13 @@ Per setting: both baselines (plan, or the stated cause), the hybrid at each --ma
 0), and the checks: `infeasible_with_baseline` (the hybrid exited 3 where a baseline planned), `worse`
 (a larger --max-evals gave a worse plan), `none_in_message` (an exit-3 message with `None` in it). Writes
 bench/results/uneven_suite.json and .md.
+
+With `--ilp` (issue 24: the exact solver scales, auto's estimate, the hybrid against the ILP), per setting
+that plans: `--solver ilp --budget 60s` (status, objective, certified bound and gap; the lazy ILP past 150
+whole-host pools), auto's estimate of the ILP's seconds (`ilp.estimate_s`, on fresh tables) against the
+seconds `solve_ilp` took inside that run where it finished (space enumerated, every grouping settled), and
+the hybrid at `--budget 2s` and `10s` against the ILP's plan where the ILP proved it optimal. Writes
+bench/results/uneven_ilp.json and .md.
 """
 
 from __future__ import annotations
@@ -95,6 +103,130 @@ def run_setting(cluster: dict, workload_data: dict, ladder: list[int]) -> dict:
     return row
 
 
+def run_ilp_setting(cluster: dict, workload_data: dict, ilp_budget: float = 60.0) -> dict | None:
+    """The exact solver on one setting (module docstring, `--ilp`); None where no task fits anywhere."""
+    import hetrl_cli.planner.ilp as ilp_module
+    import hetrl_cli.planner.lazy as lazy_module
+    from hetrl_cli.artifacts.workload import Workload
+    from hetrl_cli.costmodel.model import CostModel
+    from hetrl_cli.errors import Infeasible
+    from hetrl_cli.planner.api import check_feasible, make_plan
+    from hetrl_cli.planner.space import count_pools, groupings
+    from hetrl_cli.planner.tables import Tables
+    from hetrl_cli.profiling.catalog import profile_from_cluster
+
+    profile = profile_from_cluster(cluster)
+    workload = Workload.model_validate(workload_data)
+    tables = Tables(CostModel(profile, workload), profile, workload)
+    try:
+        check_feasible(tables)
+    except Infeasible:
+        return None
+    row: dict = {"devices": len(profile.devices), "hosts": len(profile.hosts), "classes": len(tables.classes)}
+    row["pools"] = count_pools(tables.classes, "host")
+    gran = ilp_module.choose_granularity(tables, 150)
+    row["granularity"] = gran
+    start = time.monotonic()
+    row["estimate_s"] = None if gran is None else ilp_module.estimate_s(tables, gran)
+    row["estimate_took_s"] = time.monotonic() - start
+    if gran is not None:  # the estimate before issue 24: pools × Σ subset sizes × 15 calls × 0.5 ms (tables only)
+        subsets = {g for gs in groupings(tables.tasks) for g in gs}
+        row["old_estimate_s"] = count_pools(tables.classes, gran) * sum(len(s) for s in subsets) * 15 * 5e-4
+    solve, took = lazy_module.solve_exact, {}
+
+    def timed(*args, **kwargs):  # the seconds of the ILP itself inside make_plan (tables + MILPs)
+        begin = time.monotonic()
+        result = solve(*args, **kwargs)
+        took["s"], took["space"] = time.monotonic() - begin, result[1]
+        return result
+
+    lazy_module.solve_exact = timed
+    try:
+        plan = make_plan(profile, workload, solver="ilp", budget_s=ilp_budget, seed=0)
+    except Infeasible as exc:
+        row["ilp"] = {"error": str(exc)}
+        return row
+    finally:
+        lazy_module.solve_exact = solve
+    s = plan.solver
+    row["ilp"] = {"status": s.status, "objective": s.objective, "bound": s.bound, "gap": s.gap, "seconds": s.seconds,
+                  "solve_s": took.get("s"), "lazy": "lazy ILP" in s.note, "note": s.note}  # fmt: skip
+    finished = gran is not None and s.status == "optimal" and took.get("space") is not None
+    row["measured_s"] = took.get("s") if finished else None
+    row["ratio"] = row["estimate_s"] / row["measured_s"] if row["measured_s"] and row["estimate_s"] else None
+    old = row.get("old_estimate_s")
+    row["old_ratio"] = old / row["measured_s"] if row["measured_s"] and old else None
+    for budget in (2, 10):
+        hybrid = make_plan(profile, workload, solver="hybrid", budget_s=budget, seed=0)
+        row[f"hybrid{budget}"] = hybrid.solver.objective
+        row[f"quality{budget}"] = s.objective / hybrid.solver.objective if s.status == "optimal" else None
+    return row
+
+
+def ilp_summary(rows: list[dict]) -> dict:
+    """The targets: a bound on every planned setting; auto's estimate within 2x; the hybrid against proofs."""
+    planned = [r for r in rows if "status" in r.get("ilp", {})]
+    proven = [r for r in planned if r["ilp"]["status"] == "optimal"]
+    ratios = [r["ratio"] for r in planned if r["ratio"]]
+    old = [r["old_ratio"] for r in planned if r.get("old_ratio")]
+    out = {"settings": len(rows), "planned": len(planned),
+           "with_bound": sum(r["ilp"]["bound"] is not None for r in planned),
+           "lazy": sum(r["ilp"]["lazy"] for r in planned), "proven_optimal": len(proven),
+           "gap_median": sorted(r["ilp"]["gap"] or 0.0 for r in planned)[len(planned) // 2] if planned else None,
+           "estimate_within_2x": sum(0.5 <= x <= 2 for x in ratios), "estimates_compared": len(ratios),
+           "old_estimate_within_2x": sum(0.5 <= x <= 2 for x in old)}  # fmt: skip
+    for budget, target in ((10, 0.99), (2, 0.97)):
+        good = [r for r in proven if r[f"quality{budget}"] is not None and r[f"quality{budget}"] >= target]
+        out[f"hybrid{budget}_at_{target}"] = f"{len(good)}/{len(proven)}"
+    return out
+
+
+def ilp_markdown(rows: list[dict]) -> str:
+    head = ["setting", "GPUs (hosts, classes)", "pools", "ILP status", "ILP s/it", "bound", "gap", "ILP solve s",
+            "auto estimate s", "est/measured", "old est/measured", "hybrid@2s", "hybrid@10s"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def f(x, spec=".1f"):
+        return "–" if x is None else format(x, spec)
+
+    for r in rows:
+        i = r["ilp"]
+        if "status" not in i:
+            lines.append(f"| {r['name']} | {r['devices']} | {r['pools']} | exit 3 |" + " |" * 9)
+            continue
+        q2 = "" if r["quality2"] is None else f" ({r['quality2']:.3f})"
+        q10 = "" if r["quality10"] is None else f" ({r['quality10']:.3f})"
+        status = i["status"] + (" (lazy)" if i["lazy"] else "")
+        cells = [r["name"], f"{r['devices']} ({r['hosts']}, {r['classes']})", str(r["pools"]), status,
+                 f(i["objective"]), f(i["bound"]), f(i["gap"], ".1%"), f(r["measured_s"]), f(r["estimate_s"]),
+                 f(r["ratio"], ".2f"), f(r.get("old_ratio"), ".2f"), f(r["hybrid2"]) + q2,
+                 f(r["hybrid10"]) + q10]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main_ilp(args) -> None:
+    rows = []
+    for name, cluster, workload in settings(args.count, args.seed):
+        if args.only and name not in args.only:
+            continue
+        start = time.monotonic()
+        row = run_ilp_setting(cluster, workload)
+        if row is None:
+            continue
+        row = {"name": name, **row}
+        rows.append(row)
+        i = row["ilp"]
+        print(f"{name}: {time.monotonic() - start:.0f} s, ilp {i.get('status')} {i.get('objective')} bound "
+              f"{i.get('bound')} est {row['estimate_s']} measured {row['measured_s']} hybrid "
+              f"{row.get('hybrid2')} {row.get('hybrid10')}", flush=True)  # fmt: skip
+    summary = ilp_summary(rows)
+    out = Path(args.out).with_name("uneven_ilp.json")
+    out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=2) + "\n")
+    out.with_suffix(".md").write_text(ilp_markdown(rows))
+    print(json.dumps(summary))
+
+
 def markdown(rows: list[dict], ladder: list[int]) -> str:
     head = [
         "setting",
@@ -128,8 +260,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ladder", type=int, nargs="*", default=[32, 64, 128, 256, 512])
     parser.add_argument("--list", action="store_true", help="print the settings and stop")
+    parser.add_argument("--ilp", action="store_true", help="the exact solver's bound, auto's estimate, hybrid vs ILP")
+    parser.add_argument("--only", nargs="*", default=None, help="these settings only (names, e.g. u04 u13)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "uneven_suite.json"))
     args = parser.parse_args()
+    if args.ilp:
+        main_ilp(args)
+        return
     rows = []
     for name, cluster, workload in settings(args.count, args.seed):
         if args.list:
