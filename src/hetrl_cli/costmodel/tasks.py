@@ -302,7 +302,7 @@ class Tasks:
         terms = dict(reps[crit].terms)
         links = dict(reps[crit].links)
         if task in TRAIN_TASKS:
-            add_train_sync(self.step, self.cluster, task, rep_key, stages, splits, terms, links, offload)
+            add_train_sync(self.step, self.cluster, task, rep_key, stages, splits, terms, links, offload, shares)
         return ClassEstimate(
             shares=tuple(shares),
             splits=tuple(splits),

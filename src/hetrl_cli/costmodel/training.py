@@ -4,10 +4,12 @@ copies to and from host memory (docs/costmodel.md)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from hetrl_cli.artifacts.rl import HEAD, TaskName
 from hetrl_cli.costmodel import constants as C
+from hetrl_cli.costmodel.architectures import ArchSpec
 from hetrl_cli.costmodel.comm import allgather_s, allreduce_s, reduce_scatter_s
 from hetrl_cli.costmodel.devices import ClassLayout, Cluster, Stage
 from hetrl_cli.costmodel.memory import (
@@ -28,9 +30,11 @@ def add_train_sync(
     terms: dict[str, float],
     links: dict[str, str],
     offload: bool,
+    shares: Sequence[float] = (),
 ) -> None:
     """Add the DP gradient sync, the optimizer step and optimizer offload copies to `terms` (and the
-    all-reduce's bottleneck link to `links`)."""
+    all-reduce's bottleneck link to `links`). `shares`: the replicas' batch shares (zero3 gathers once per
+    micro-batch of the largest share)."""
     w = step.workload
     arch = step.arch[task]
     head = HEAD[task]
@@ -39,7 +43,9 @@ def add_train_sync(
     if dp > 1:
         dp_s, label = dp_allreduce(cluster, rep_key, arch.param_count(head) * grad_bytes_per_param(w))
         if w.sharding == "zero3":
-            dp_s *= C.ZERO3_COMM_FACTOR
+            most = max(shares, default=1.0 / dp) / (sum(shares) or 1.0)
+            micro_batches = max(1, math.ceil(most * step.n_samples / w.micro_batch - 1e-9))
+            dp_s = zero3_comm_s(cluster, rep_key, arch, head, grad_bytes_per_param(w), micro_batches)
         terms["dp_allreduce"] = epochs * dp_s
         links["dp_allreduce"] = label
     shard = dp if (w.sharding != "none" and dp > 1) else 1
@@ -54,6 +60,19 @@ def add_train_sync(
     terms["optimizer"] = epochs * opt_s
     if offload:
         terms["offload"] = off_s
+
+
+def zero3_comm_s(
+    cluster: Cluster, rep_key: ClassLayout, arch: ArchSpec, head: str, grad_bytes: int, micro_batches: int
+) -> float:
+    """One update's ZeRO-3 traffic as runtime/zero3.py moves it: every micro-batch gathers each decoder layer
+    for its forward and again for its backward and reduce-scatters its gradient (3 x the layers' bytes, i.e.
+    ZERO3_COMM_FACTOR all-reduces), and the rest of the model (embedding, norm, head) is gathered once per pass and
+    reduce-scattered once (one all-reduce). All replicas run the largest replica's micro-batch count."""
+    layers = arch.num_layers * arch.layer_params * grad_bytes
+    layers_s, _ = dp_allreduce(cluster, rep_key, layers)
+    root_s, _ = dp_allreduce(cluster, rep_key, arch.param_count(head) * grad_bytes - layers)
+    return micro_batches * C.ZERO3_COMM_FACTOR * layers_s + root_s
 
 
 def dp_allreduce(cluster: Cluster, rep_key: ClassLayout, grad_bytes: float) -> tuple[float, str]:
