@@ -451,12 +451,8 @@ def run(
     plan_file: Annotated[str, typer.Argument(help="Plan JSON to execute ('-' = stdin).")],
     steps: Annotated[int, typer.Option("--steps", help="Total RL steps (a resumed run continues up to this).")] = 10,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run directory (default runs/PLAN-TIME).")] = None,
-    resume: Annotated[
-        Path | None, typer.Option("--resume", help="Continue the run in this directory from its last checkpoint.")
-    ] = None,
-    checkpoint_every: Annotated[
-        int, typer.Option("--checkpoint-every", help="Checkpoint every N steps (0: only after the last).")
-    ] = 0,
+    resume: ResumeOption = None,
+    checkpoint_every: CheckpointEveryOption = None,
     engine: Annotated[str, typer.Option("--engine", help=f"Rollout engine: {ENGINE_CHOICES} ({AUTO_HELP}).")] = (
         "auto"
     ),
@@ -532,6 +528,21 @@ def run(
 RunProfileOption = Annotated[
     Path | None,
     typer.Option("--profile", help="Check the plan's memory on this profile first (default profiles/NAME.json)."),
+]
+ResumeOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--resume",
+        help="Continue the run in this directory from its newest complete checkpoint, with this plan or another one "
+        "of the same workload (other devices, TP/PP/DP, ZeRO).",
+    ),
+]
+CheckpointEveryOption = Annotated[
+    int | None,
+    typer.Option(
+        "--checkpoint-every",
+        help="Checkpoint every N steps and after the last (default: after the last only; 0: no checkpoints).",
+    ),
 ]
 
 

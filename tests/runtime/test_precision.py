@@ -553,7 +553,9 @@ def test_hetrl_run_trains_in_bf16(hetrl, tmp_path: Path, algorithm: str) -> None
         assert m["engine_checksums"] == [m["actor_checksum"]]
         assert all(abs(m[k]) < 1e3 for k in ("pg_loss", "kl", "kl_ref_k3", "grad_norm"))
         assert m["grad_norm"] > 0
-    state = torch.load(run_dir / "checkpoints" / "step-000002" / "actor.pt", weights_only=False)
+    from hetrl_cli.runtime.checkpoint import read_full_state
+
+    state = read_full_state(run_dir / "checkpoints" / "step-000002", "actor")
     assert {t.dtype for t in state["model"].values()} == {torch.bfloat16}
     moments = {k: v.dtype for s in state["optimizer"]["state"].values() for k, v in s.items() if v.dim()}
     assert moments == dict.fromkeys(("exp_avg", "exp_avg_sq", "master"), torch.float32)

@@ -335,7 +335,9 @@ def test_hetrl_run_sharded_offloaded_recomputed_resumes_and_matches_unsharded(he
         assert mine["engine_checksums"] == [mine["actor_checksum"]]
         for key in ("reward_mean", "pg_loss", "kl", "grad_norm", "response_tokens"):
             assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (mine["step"], key)
-    state = torch.load(run_dir / "checkpoints" / "step-000003" / "actor.pt", weights_only=False)
+    from hetrl_cli.runtime.checkpoint import read_full_state
+
+    state = read_full_state(run_dir / "checkpoints" / "step-000003", "actor")
     assert len(state["optimizer"]["state"]) == len(state["model"])  # both partitions consolidated
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.profile import ClusterProfile
 from hetrl_cli.artifacts.run import RunSummary
 from hetrl_cli.errors import BadInput, HetrlError
+from hetrl_cli.runtime.checkpoint import Resumable
 from hetrl_cli.runtime.comm import DEFAULT_COLLECTIVE_TIMEOUT_S
 from hetrl_cli.runtime.devices import plan_backend
 from hetrl_cli.runtime.engines import ENGINES, FALLBACK, EngineSpec, check_choice, pick, version_note
@@ -55,8 +57,10 @@ class RunOptions:
     run_dir: Path | None = None
     """Directory of a new run (default runs/<plan>-<time>)."""
     resume: Path | None = None
-    """An existing run directory to continue from its latest checkpoint."""
-    checkpoint_every: int = 0
+    """An existing run directory to continue from its latest complete checkpoint, with this or another plan of
+    the same workload (runtime/checkpoint.resume_point)."""
+    checkpoint_every: int | None = None
+    """Checkpoint every N steps and after the last; None: after the last only; 0: never."""
     engine: str = "auto"
     timeout_s: float = DEFAULT_RUN_TIMEOUT_S
     """Wall-clock limit of the whole launch; every process is stopped when it passes."""
@@ -196,28 +200,46 @@ def _reopen_run_dir(plan: Plan, path: Path) -> RunDir:
     run = RunDir(path)
     if not run.plan.exists():
         raise BadInput(f"--resume {path}: no plan.json there; give a run directory made by 'hetrl run'")
-    stored = load_artifact(run.plan, Plan)
-    if dump_artifact(stored) != dump_artifact(plan):
-        raise BadInput(f"--resume {path}: that run used plan '{stored.name}', not this one; pass the same plan file")
     return run
 
 
-def prepare(plan: Plan, options: RunOptions, engine: str, backend: str = "gloo") -> RunDir:
+def check_resume(plan: Plan, options: RunOptions) -> Resumable | None:
+    """--resume: the verified checkpoint to continue from (one line, nothing written, when there is none)."""
+    from hetrl_cli.runtime.checkpoint import resume_point
+
+    if options.resume is None:
+        return None
+    _reopen_run_dir(plan, options.resume)
+    found = resume_point(plan, options.resume)
+    if found.note:
+        options.echo(f"hetrl: warning: {found.note}")
+    return found
+
+
+def prepare(
+    plan: Plan, options: RunOptions, engine: str, backend: str = "gloo", found: Resumable | None = None
+) -> RunDir:
     """Create or reopen the run directory (0700: the user's alone) and write the inputs and the launch
-    manifest. Call it under rundir.private_files() so what it writes is 0600 too."""
+    manifest. Call it under rundir.private_files() so what it writes is 0600 too. Resuming with another plan
+    keeps the old one as plan.until-step-N.json."""
     run = _reopen_run_dir(plan, options.resume) if options.resume else _new_run_dir(plan, options.run_dir)
     make_private_dir(run.root)
     run.logs.mkdir(parents=True, exist_ok=True)
     for stale in [*run.logs.glob("rank-*.error"), *run.logs.glob("rank-*.done"), *run.logs.glob("rank-*.pid")]:
         stale.unlink()
-    if not options.resume:
+    if options.resume and found is not None and dump_artifact(load_artifact(run.plan, Plan)) != dump_artifact(plan):
+        os.replace(run.plan, run.root / f"plan.until-step-{found.step:06d}.json")
+    if not run.plan.exists():
         save_artifact(plan, run.plan)
         save_artifact(plan.workload, run.workload)
+    every = options.checkpoint_every
     manifest = LaunchManifest(
         run_id=run.root.name,
         devices=plan_devices(plan),
         steps=options.steps,
-        checkpoint_every=options.checkpoint_every,
+        checkpoint_every=every or 0,
+        checkpoint_last=every != 0,
+        resume_from=found.path.name if found is not None else None,
         engine=engine,
         collective_timeout_s=options.collective_timeout_s,
         resume=options.resume is not None,
@@ -255,6 +277,8 @@ def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
 
     if options.steps < 1:
         raise BadInput("--steps must be at least 1")
+    if options.checkpoint_every is not None and options.checkpoint_every < 0:
+        raise BadInput("--checkpoint-every must be 0 (no checkpoints) or more")
     check_choice(options.engine)
     check_runnable(plan, options.engine)  # `auto` is refused only what no engine runs; its pick avoids the rest
     user_reward_gate(plan.workload.reward_rule, plan.name, options.allow_user_reward)
@@ -262,12 +286,13 @@ def run_plan(plan: Plan, options: RunOptions) -> RunSummary:
     slots = _remote_slots(plan, options)
     check_inputs(plan, files=slots is None)
     note = check_memory(plan, options.profile)
+    found = check_resume(plan, options)
     with private_files():
         if slots is not None:
-            return _run_multihost(plan, options, slots, note, backend)
+            return _run_multihost(plan, options, slots, note, backend, found)
         check_user_reward(plan.workload.reward_rule, options.python)
         engine = resolve_engine(options.engine, options.python, plan)
-        run = prepare(plan, options, engine, backend)
+        run = prepare(plan, options, engine, backend, found)
         devices = plan_devices(plan)
         if note:
             options.echo(note)
@@ -324,7 +349,12 @@ def _launch_and_summarize(
 
 
 def _run_multihost(
-    plan: Plan, options: RunOptions, slots: list, note: str | None = None, backend: str = "gloo"
+    plan: Plan,
+    options: RunOptions,
+    slots: list,
+    note: str | None = None,
+    backend: str = "gloo",
+    found: Resumable | None = None,
 ) -> RunSummary:
     """Preflight every host (nothing is written before it passes), then one launch per host over SSH."""
     from hetrl_cli.remote.ssh import KnownHosts, SshSettings
@@ -343,7 +373,7 @@ def _run_multihost(
         options.echo(f"preflight: {len(slots)} hosts ok in {time.monotonic() - started_pf:.1f}s")
         if note:
             options.echo(note)
-        run = prepare(plan, _with_run_dir(options, target), engine, backend)
+        run = prepare(plan, _with_run_dir(options, target), engine, backend, found)
         for stale in run.logs.glob("launch-*.pid"):
             stale.unlink()
         for note in sync_inputs(slots, run, options.resume is not None):

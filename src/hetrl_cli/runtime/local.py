@@ -195,7 +195,20 @@ def launch_local(
     for line in lines:
         echo(f"  | {line}")
     device = devices[rank] if rank < len(devices) else "?"
-    raise HetrlError(f"run {run.root.name}: rank {rank} (device {device}) {how}; full log {run.log(rank, 'log')}")
+    cause = worker_cause(run, rank)
+    raise HetrlError(
+        f"run {run.root.name}: rank {rank} (device {device}) {how}{cause}; full log {run.log(rank, 'log')}"
+    )
+
+
+def worker_cause(run: RunDir, rank: int) -> str:
+    """': <cause>' when the rank's error file holds one line (a failure the worker named, such as a checkpoint
+    that could not be written), else '' (a traceback: its last lines are printed above)."""
+    try:
+        lines = run.log(rank, "error").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return f": {lines[0][:500]}" if len(lines) == 1 and not lines[0].startswith("Traceback") else ""
 
 
 def _pump(proc: subprocess.Popen, output: collections.deque[str], echo: Callable[[str], None]) -> None:

@@ -5,7 +5,8 @@ runs/ID/
   plan.json  workload.json    the inputs, as run
   launch.json                 LaunchManifest: rank -> device, steps, engine, timeouts (launcher writes it)
   metrics.jsonl               one line a completed step (rank 0 writes it)
-  checkpoints/step-000010/    actor.pt, critic.pt, meta.json; renamed into place only when complete
+  checkpoints/step-000010/    rank-N.safetensors, index.json, meta.json (runtime/checkpoint.py); renamed into
+                              place only when complete
   checkpoints/latest          name of the newest complete checkpoint
   logs/rank-N.log|.pid|.error worker output, pid (so the launcher can stop it), traceback on failure
   models/                     the tiny model build (when the workload uses it)
@@ -20,6 +21,7 @@ workers, remote hosts) writes under umask 077, so files are 0600 and folders 070
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -150,7 +152,11 @@ class LaunchManifest(Strict):
     steps: int = Field(gt=0)
     """Total steps of the run; a resumed run continues up to this."""
     checkpoint_every: int = Field(ge=0)
-    """Checkpoint every N steps (and after the last); 0 = only after the last."""
+    """Checkpoint every N steps; 0 = none between the first and the last step."""
+    checkpoint_last: bool = True
+    """Also checkpoint after the last step (`--checkpoint-every 0` turns every checkpoint off)."""
+    resume_from: str | None = None
+    """--resume: the checkpoint folder (checkpoints/step-N) the launcher chose and verified."""
     engine: str
     """Rollout engine: hf or vllm."""
     collective_timeout_s: float = Field(gt=0)
@@ -215,7 +221,7 @@ class RunDir:
     def finalize_checkpoint(self, step: int, meta: dict[str, Any]) -> Path:
         """Write meta.json into the staging dir, rename it into place, point `latest` at it, prune old ones."""
         staging = self.staging(step)
-        write_text_atomic(staging / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        write_text_atomic(staging / "meta.json", sealed_json(meta))
         final = self.checkpoints / f"step-{step:06d}"
         if final.exists():
             shutil.rmtree(final)
@@ -237,13 +243,32 @@ class RunDir:
         return int(json.loads((path / "meta.json").read_text(encoding="utf-8"))["step"]), path
 
 
-def save_torch_atomic(obj: Any, path: Path) -> None:
-    """torch.save via a temp file and rename (a checkpoint file is never half written)."""
-    import torch
+def sealed_json(body: dict[str, Any]) -> str:
+    """`body` as canonical JSON (sorted keys, indent 1) with `sha256` of that text added: any change to the file,
+    even one that keeps it valid JSON, is found by read_sealed_json."""
+    plain = {k: v for k, v in body.items() if k != "sha256"}
+    digest = hashlib.sha256(_canonical(plain).encode()).hexdigest()
+    return _canonical({**plain, "sha256": digest})
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+
+def read_sealed_json(text: str) -> tuple[str | None, dict[str, Any]]:
+    """(problem or None, body without its seal) of a sealed_json text."""
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError):
+        return "not valid JSON", {}
+    if not isinstance(body, dict) or not isinstance(body.get("sha256"), str):
+        return "not a sealed JSON object (no sha256)", {}
+    if text != _canonical(body):
+        return "altered (not the text hetrl wrote)", {}
+    plain = {k: v for k, v in body.items() if k != "sha256"}
+    if hashlib.sha256(_canonical(plain).encode()).hexdigest() != body["sha256"]:
+        return "checksum mismatch", {}
+    return None, plain
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n"
 
 
 def _median(values: list[float]) -> float | None:

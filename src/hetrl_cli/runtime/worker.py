@@ -38,6 +38,7 @@ from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.rl import ALGORITHMS, TRAIN_TASKS
 from hetrl_cli.runtime import algorithms as alg
 from hetrl_cli.runtime import comm, tracking
+from hetrl_cli.runtime.checkpoint import CheckpointError
 from hetrl_cli.runtime.engines.duty import duty_for
 from hetrl_cli.runtime.layout import ZERO_KINDS, Layout, Position
 from hetrl_cli.runtime.roles import (
@@ -50,7 +51,7 @@ from hetrl_cli.runtime.roles import (
     RuleReward,
     pad_rows,
 )
-from hetrl_cli.runtime.rundir import LaunchManifest, RunDir, now_iso, save_torch_atomic
+from hetrl_cli.runtime.rundir import LaunchManifest, RunDir, now_iso
 
 
 class _Prefixed:
@@ -578,38 +579,30 @@ class Worker:
             flush=True,
         )
 
+    def trainers(self) -> dict[str, Any]:
+        """The trained roles this rank holds a part of, by checkpoint role name."""
+        return {name: role for name, role in (("actor", self.actor), ("critic", self.critic)) if role is not None}
+
     def maybe_checkpoint(self, step: int) -> None:
-        every = self.manifest.checkpoint_every
-        if not (step == self.manifest.steps or (every and step % every == 0)):
+        """A sharded checkpoint every N steps and after the last (runtime/checkpoint.py; collective)."""
+        from hetrl_cli.runtime.checkpoint import save_checkpoint, training_identity
+
+        every, last = self.manifest.checkpoint_every, self.manifest.checkpoint_last
+        if not ((every and step % every == 0) or (last and step == self.manifest.steps)):
             return
-        staging = self.rundir.staging(step)
-        for task, role, name in (("actor_train", self.actor, "actor.pt"), ("critic_train", self.critic, "critic.pt")):
-            if role is not None and (self.in_first_replica(task) or self.sharded(task)):
-                # full tensors, gathered from replica 0's ranks to its leader (ZeRO: every replica's optimizer
-                # partition consolidated on replica 0 first)
-                state = role.state()
-                if self.leads(task):
-                    save_torch_atomic(state, staging / name)
-        comm.barrier()
-        if self.rank == 0:
-            meta = {"step": step, "written_at": now_iso(), "run_id": self.manifest.run_id}
-            self.rundir.finalize_checkpoint(step, meta)
-        comm.barrier()
+        meta = {"run_id": self.manifest.run_id, "plan": self.plan.name, "training": training_identity(self.workload)}
+        save_checkpoint(self.rundir, step, self.trainers(), meta, self.rank, self.layout.world_size)
 
     def restore(self) -> int:
-        """The first step to run: 1, or the step after the latest checkpoint when resuming."""
-        import torch
+        """The first step to run: 1, or the step after the checkpoint the launcher chose when resuming."""
+        from hetrl_cli.runtime.checkpoint import load_checkpoint
 
         if not self.manifest.resume:
             return 1
-        found = self.rundir.latest_checkpoint()
-        if found is None:
-            return 1
-        step, path = found
-        if self.actor is not None:
-            self.actor.load_state(torch.load(path / "actor.pt", weights_only=False))
-        if self.critic is not None:
-            self.critic.load_state(torch.load(path / "critic.pt", weights_only=False))
+        if self.manifest.resume_from is None:
+            raise CheckpointError(f"{self.rundir.manifest}: --resume without a checkpoint named; rerun hetrl run")
+        path = self.rundir.checkpoints / self.manifest.resume_from
+        step = load_checkpoint(path, self.trainers())
         if self.rank == 0:
             self.rundir.truncate_metrics(step)
             print(f"resuming after step {step} from {path}", flush=True)
@@ -690,6 +683,10 @@ def main(argv: list[str] | None = None) -> int:
         Worker(run, plan, manifest, rank).run()
         run.log(rank, "done").write_text(now_iso() + "\n")
         return 0
+    except CheckpointError as exc:  # a cause the user can act on (ENOSPC, a corrupt checkpoint): one line
+        run.log(rank, "error").write_text(f"{exc}\n")
+        print(f"worker failed: {exc}", file=sys.stderr, flush=True)
+        return 1
     except BaseException as exc:
         run.log(rank, "error").write_text(traceback.format_exc())
         print(f"worker failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
