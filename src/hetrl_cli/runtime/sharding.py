@@ -12,7 +12,8 @@
   gradients (no bucketed reduce-scatter; gloo has none), so zero2's saving is at the step, not during it.
 - mixed precision (workload bf16/fp16): `with_master_weights` keeps fp32 master weights in the optimizer state
   next to the moments, so ZeRO shards them with the moments (runtime/precision.py).
-- zero3 (parameters sharded too) is not executed: `layout.supported` refuses it naming the workload field.
+- zero3 (parameters and gradients sharded too) is runtime/zero3.py: the optimizer made here steps its chunks,
+  unsharded itself (`zero_for` still gives the ZeRO group it partitions over).
 - recompute: every decoder layer of a trained shard runs under torch.utils.checkpoint (non-reentrant) when
   gradients are on; its activations are recomputed in the backward. Forward-only passes are unchanged.
 - offload: a task's state goes to host memory after its phase and comes back before its next one (training:
