@@ -183,6 +183,48 @@ def _channel_worker(rank: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+def _tp_sleep_worker(rank: int, port: int, model_dir: str, out: str) -> None:
+    """Two gloo ranks hold one TP=2 hf engine: it generates, sleeps at level 2 (its shards dropped), takes the
+    full weights back in small buckets (each rank keeps its slices) and generates the same tokens."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from hetrl_cli.runtime import comm
+    from hetrl_cli.runtime.layout import ReplicaLayout, TaskLayout
+    from hetrl_cli.runtime.parallel import Parallel
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=90))  # fmt: skip
+    task = TaskLayout("generation", (ReplicaLayout(((0, 1),), (2,), (0, 8)),))
+    par = Parallel.of(task, rank, comm.make_groups(task.group_specs(), 90))
+    engine = HFEngine(model_dir, parallel=par)
+    full = engine.shard.full_weights(everyone=True)
+    sampled = Sampling(max_new_tokens=6, temperature=1.0, seeds=(7, 8, 9), eos_token_id=3, pad_token_id=1)
+    before = (engine.generate(PROMPTS, GREEDY), engine.generate(PROMPTS, sampled))
+    shard_bytes = engine.memory_report().weights_bytes
+    engine.sleep(2)
+    asleep = engine.memory_report().weights_bytes
+    engine.load_weights(buckets(full, bucket_bytes=16 * 1024))
+    engine.wake()
+    after = (engine.generate(PROMPTS, GREEDY), engine.generate(PROMPTS, sampled))
+    result = {"before": before, "after": after, "shard": shard_bytes, "asleep": asleep}
+    result["full"] = sum(t.numel() * t.element_size() for _, t in full)
+    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_tp2_hf_engine_sleeps_and_reloads_its_shards_from_buckets(tiny_dir: Path, tmp_path: Path) -> None:
+    mp.spawn(_tp_sleep_worker, args=(free_port(), str(tiny_dir), str(tmp_path)), nprocs=2, join=True)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for result in ranks:
+        assert result["after"] == result["before"]
+        assert result["asleep"] == 0 < result["shard"] < result["full"]  # a TP shard: less than the whole model
+    assert ranks[0]["before"] == ranks[1]["before"]
+
+
 @pytest.mark.slow
 def test_the_weight_channel_relays_bounded_bf16_buckets(tmp_path: Path) -> None:
     mp.spawn(_channel_worker, args=(free_port(), str(tmp_path)), nprocs=3, join=True)
