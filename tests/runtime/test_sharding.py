@@ -509,3 +509,23 @@ def test_hetrl_run_zero3_matches_unsharded(hetrl, tmp_path: Path, algorithm: str
         assert mine["engine_checksums"] == [mine["actor_checksum"]]
         for key in keys:
             assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (mine["step"], key)
+
+
+def test_zero3_chunk_boxes_tile_a_flat_range_in_order() -> None:
+    """A chunk cuts a parameter anywhere: its part of the flat parameter becomes boxes of the tensor (what a
+    checkpoint stores), each a contiguous run, in order, covering exactly the range."""
+    from hetrl_cli.runtime.zero3 import _boxes
+
+    for shape in [(7,), (5, 6), (3, 4, 5), (2, 3, 4, 5)]:
+        numbers = torch.arange(torch.Size(shape).numel()).view(shape)
+        total = numbers.numel()
+        for lo in range(0, total, 3):
+            for hi in range(lo, total + 1, 5):
+                covered = []
+                boxes = _boxes(shape, lo, hi)
+                assert len(boxes) <= 2 * len(shape) - 1
+                for offsets, sizes in boxes:
+                    covered += (
+                        numbers[tuple(slice(o, o + s) for o, s in zip(offsets, sizes, strict=True))].flatten().tolist()
+                    )
+                assert covered == list(range(lo, hi)), (shape, lo, hi)
