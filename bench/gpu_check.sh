@@ -50,30 +50,10 @@ fi
 
 out="${OUT:-bench/results/gpu_check}"
 mkdir -p "$out"
-# 1) the interpreter: one whose torch sees a GPU (a carried .venv first, then the image's python3), else any
-#    with torch (a CPU host), else python3 (the script then reports that torch is missing)
-py=
-for want in 'torch.cuda.is_available()' 'True'; do
-    for cand in .venv/bin/python python3; do
-        if [ -z "$py" ] && "$cand" -c "import sys, torch; sys.exit(0 if $want else 1)" 2>/dev/null; then
-            py=$cand
-        fi
-    done
-done
-py=${py:-python3}
-# 2) what the image lacks, from the carried wheels (into a private folder: the image's packages stay as they are)
-if ! "$py" -c 'import pydantic' 2>/dev/null; then
-    if ls "$WHEELS"/*.whl >/dev/null 2>&1 && "$py" -m pip install -q --no-index --no-deps --no-compile \
-        --no-cache-dir --upgrade --target /tmp/gpu_check_site "$WHEELS"/*.whl; then
-        export PYTHONPATH="/tmp/gpu_check_site${PYTHONPATH:+:$PYTHONPATH}"
-    else
-        echo "gpu_check.sh: no pydantic and no wheels in $WHEELS: measuring only (predict later)" >&2
-    fi
-fi
+# 1) the interpreter and 2) what the image lacks (bench/gpu_env.sh, shared with bench/gpu_run.sh)
+source bench/gpu_env.sh
 # 3) the check, offline, under a hard limit inside the tool's 600 s (GPU_CHECK_TIMEOUT seconds, default 480:
 #    lower it to run several checks in one call)
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1
 echo "gpu_check.sh: $py ($("$py" --version 2>&1)), out $out" >&2
 timeout --kill-after=10 "${GPU_CHECK_TIMEOUT:-480}" "$py" bench/gpu_check.py --out "$out" "$@" 2>&1 | tee "$out/gpu_check.log"
 exit "${PIPESTATUS[0]}"
