@@ -196,6 +196,19 @@ def _plan_line(result) -> str:
     )
 
 
+def _planning_profile(profile_file: str | None, exclude: list[str] | None, console: Any) -> Any:
+    """The ClusterProfile to plan on: the given one (or the newest in profiles/), without the --exclude hosts."""
+    from hetrl_cli.artifacts.io import load_artifact
+    from hetrl_cli.artifacts.profile import ClusterProfile
+    from hetrl_cli.planner.exclude import exclude_hosts
+
+    if profile_file is None:
+        profile_file = str(newest_profile())
+        console.print(f"using the newest profile: {profile_file}")
+    cluster = load_artifact(profile_file, ClusterProfile)
+    return exclude_hosts(cluster, exclude) if exclude else cluster
+
+
 @app.command()
 def plan(
     profile_file: Annotated[
@@ -235,20 +248,17 @@ def plan(
     max_cost_per_hour: Annotated[
         float | None, typer.Option("--max-cost-per-hour", help="Only plans whose used devices cost at most $X/hour.")
     ] = None,
+    exclude: ExcludeOption = None,
 ) -> None:
     """Choose task grouping, devices and TP/PP/DP per task that minimise predicted iteration time (or cost)."""
-    from hetrl_cli.artifacts.io import check_writable, load_artifact, save_artifact
-    from hetrl_cli.artifacts.profile import ClusterProfile
+    from hetrl_cli.artifacts.io import check_writable, save_artifact
     from hetrl_cli.artifacts.workload import Workload, load_workload
 
     if solver not in SOLVER_NAMES:
         raise BadInput(f"unknown solver {solver!r}; choose one of: {', '.join(SOLVER_NAMES)}")
     budget_s = parse_duration(budget)
     console = _stderr_console()
-    if profile_file is None:
-        profile_file = str(newest_profile())
-        console.print(f"using the newest profile: {profile_file}")
-    cluster = load_artifact(profile_file, ClusterProfile)
+    cluster = _planning_profile(profile_file, exclude, console)
     workload = load_workload(workload_file) if workload_file else Workload()
     factors = _calibration_factors(calibration, cluster.fingerprint or cluster.compute_fingerprint())
     if output is not None:
@@ -528,6 +538,14 @@ def run(
 RunProfileOption = Annotated[
     Path | None,
     typer.Option("--profile", help="Check the plan's memory on this profile first (default profiles/NAME.json)."),
+]
+ExcludeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--exclude",
+        help="Plan without this host of the profile (repeatable): after losing a host, plan the rest and continue "
+        "with 'hetrl run NEW_PLAN --resume RUN'.",
+    ),
 ]
 ResumeOption = Annotated[
     Path | None,

@@ -16,12 +16,15 @@ import os
 import pickle
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
+from hetrl_cli.artifacts.io import save_artifact
+from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.workload import RLSpec
 from hetrl_cli.errors import BadInput, HetrlError
 from hetrl_cli.runtime import checkpoint as ck
@@ -30,7 +33,7 @@ from hetrl_cli.runtime.local import free_port
 from hetrl_cli.runtime.roles import Actor, Rollout, pad_rows
 from hetrl_cli.runtime.rundir import RunDir, read_sealed_json, sealed_json
 
-from .plans import tiny_workload
+from .plans import D0, D1, GRPO_TASKS, disaggregated, hand_plan, on, replica, tiny_workload
 
 ADAM = RLSpec(lr=1e-2, grad_clip=1e9, kl_coef=0.05)
 
@@ -109,6 +112,8 @@ def test_round_trip_is_exact_and_reads_what_the_actor_holds(tiny_dir: Path, tmp_
     assert weights.keys() == expected["model"].keys() and {t.dtype for t in weights.values()} == {
         torch.float32 if precision == "fp32" else torch.bfloat16
     }
+    params, size = sum(t.numel() for t in weights.values()), (path / "rank-00000.safetensors").stat().st_size
+    assert 1.0 <= size / (params * ck.state_bytes_per_param(precision, "adam")) < 1.01  # what multihost asks for
     fresh = Actor(tiny_dir, ADAM, "grpo", "adam", 1, pad_id=1, micro_batch=3, precision=precision)
     assert ck.load_checkpoint(path, {"actor": fresh}) == 1
     _assert_same_state(expected, fresh.state())
@@ -119,8 +124,6 @@ def test_round_trip_is_exact_and_reads_what_the_actor_holds(tiny_dir: Path, tmp_
 def test_checkpoint_every_zero_writes_none_and_default_writes_the_last(tmp_path: Path) -> None:
     """The launch manifest says what the CLI asked: no --checkpoint-every = after the last step only; 0 = none."""
     from hetrl_cli.runtime.api import RunOptions, prepare
-
-    from .plans import disaggregated
 
     plan = disaggregated(tiny_workload())
     for every, expected in ((None, (0, True)), (0, (0, False)), (3, (3, True))):
@@ -236,7 +239,7 @@ def test_resume_without_a_complete_checkpoint_fails_or_falls_back_saying_which(t
 
 
 def test_resume_takes_another_layout_of_the_same_workload_only(tiny_dir: Path, tmp_path: Path) -> None:
-    from .plans import colocated, disaggregated
+    from .plans import colocated
 
     workload = tiny_workload()
     actor = _trained(tiny_dir)
@@ -279,6 +282,40 @@ def test_enospc_from_the_writer_keeps_the_previous_checkpoint(tiny_dir: Path, tm
     with pytest.raises(ck.CheckpointError) as err:
         _save(actor, tmp_path, 2)
     _assert_kept(tmp_path, 1, err.value)
+
+
+TORCHRUN_REPORT = """Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1019, in run
+    elastic_launch(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+hetrl_cli.runtime.worker FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 3891)  (SIGTERM)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 3892)
+============================================================"""
+
+
+def test_the_launcher_passes_on_no_torchrun_traceback() -> None:
+    """torchrun's ChildFailedError report is not echoed (the launcher's last line names rank and cause); any
+    other traceback of the launch is, whole."""
+    from hetrl_cli.runtime.local import AgentReport
+
+    shown: list[str] = []
+    report = AgentReport(shown.append)
+    other = ["Traceback (most recent call last):", '  File "x.py", line 1', "OSError: something else"]
+    for line in ["[rank 1] worker failed: checkpoint after step 2 not written", *TORCHRUN_REPORT.splitlines(),
+                 "after", *other]:  # fmt: skip
+        report.line(line)
+    report.flush()
+    assert shown == ["[rank 1] worker failed: checkpoint after step 2 not written", "after", *other]
 
 
 @pytest.fixture
@@ -378,3 +415,113 @@ def test_another_layout_reads_a_checkpoint_and_writes_it_back_bit_for_bit(
     for name, slots in expected["optimizer"]["state"].items():
         for key, value in slots.items():
             torch.testing.assert_close(trained["optimizer"]["state"][name][key], value, rtol=1e-3, atol=1e-6)
+
+
+# --- hetrl run --------------------------------------------------------------------------------------------
+
+HETRL = str(Path(sys.executable).with_name("hetrl"))
+DETERMINISTIC = ("reward_mean", "reward_std", "pg_loss", "kl", "kl_ref_k3", "clip_frac", "grad_norm",
+                 "response_tokens", "response_length_mean")  # fmt: skip
+"""Metrics a step computes (not times): bit for bit equal between runs of the same layout and weights."""
+
+
+def _tp2(workload) -> Plan:
+    """Layout B: actor_train and reference TP 2 over both devices; generation and reward on device 0."""
+    tp = [replica([[D0, D1]])]
+    return hand_plan(workload, {"generation": [(D0, 1.0)], "reward": [(D0, 1.0)], "reference": tp,
+                                "actor_train": tp}, name="tp2")  # fmt: skip
+
+
+def _run(plan: Plan, tmp_path: Path, run_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    plan_file = tmp_path / f"{plan.name}.json"
+    save_artifact(plan, plan_file)
+    where = ["--resume", str(run_dir)] if "--resume" in args else ["--run-dir", str(run_dir)]
+    argv = [HETRL, "run", str(plan_file), "--engine", "hf", *where, *(a for a in args if a != "--resume")]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _computed(lines: list[dict]) -> list[dict]:
+    return [{k: m[k] for k in DETERMINISTIC} for m in lines]
+
+
+def _ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stderr
+
+
+@pytest.mark.slow
+def test_resume_on_its_own_layout_is_bit_for_bit_the_uninterrupted_run(tmp_path: Path) -> None:
+    """(a) Layout B (TP 2): 2 steps, then --resume to 3 == 3 steps without a stop: every metric a step computes
+    and every tensor of the final checkpoint (weights, moments, step counts), bit for bit."""
+    plan = _tp2(tiny_workload())
+    _ok(_run(plan, tmp_path, tmp_path / "whole", "--steps", "3"))
+    _ok(_run(plan, tmp_path, tmp_path / "halves", "--steps", "2"))
+    assert "resuming after step 2" in _ok(_run(plan, tmp_path, tmp_path / "halves", "--resume", "--steps", "3"))
+    whole, halves = _metrics(tmp_path / "whole"), _metrics(tmp_path / "halves")
+    assert [m["step"] for m in halves] == [1, 2, 3]
+    assert _computed(halves) == _computed(whole)
+    last = Path("checkpoints", "step-000003")
+    _assert_same_state(ck.read_full_state(tmp_path / "whole" / last, "actor"),
+                       ck.read_full_state(tmp_path / "halves" / last, "actor"))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_resume_onto_another_layout_continues_the_run(tmp_path: Path) -> None:
+    """(c) A (one device) 2 steps, resumed on B (TP 2 over two devices) to step 3 == A's own 3 steps, to fp
+    rounding (TP sums in another order); the run keeps A's plan as plan.until-step-000002.json. A plan of
+    another workload is refused in one line, before anything is written."""
+    workload = tiny_workload()
+    single = hand_plan(workload, on(D0, GRPO_TASKS), name="single")
+    _ok(_run(single, tmp_path, tmp_path / "whole", "--steps", "3"))
+    run_dir = tmp_path / "moved"
+    _ok(_run(single, tmp_path, run_dir, "--steps", "2"))
+    other = _run(_tp2(tiny_workload(rl=RLSpec(lr=1e-3, critic_lr=3e-3, kl_coef=0.001))), tmp_path, run_dir,
+                 "--resume", "--steps", "3")  # fmt: skip
+    assert other.returncode == 2 and other.stderr.count("\n") == 1, other.stderr
+    assert "trains another workload than step-000002 ('rl' differs)" in other.stderr
+    stderr = _ok(_run(_tp2(workload), tmp_path, run_dir, "--resume", "--steps", "3"))
+    assert "resuming after step 2" in stderr
+    assert json.loads((run_dir / "plan.until-step-000002.json").read_text())["name"] == "single"
+    assert json.loads((run_dir / "plan.json").read_text())["name"] == "tp2"
+    moved, whole = _metrics(run_dir), _metrics(tmp_path / "whole")
+    assert [m["step"] for m in moved] == [1, 2, 3]
+    assert _computed(moved[:2]) == _computed(whole[:2])
+    for key in DETERMINISTIC:
+        assert moved[2][key] == pytest.approx(whole[2][key], rel=1e-4, abs=1e-6), key
+    last = Path("checkpoints", "step-000003")
+    mine, theirs = ck.read_full_role(run_dir / last, "actor"), ck.read_full_role(tmp_path / "whole" / last, "actor")
+    for name, tensor in theirs.items():
+        torch.testing.assert_close(mine[name], tensor, rtol=1e-3, atol=2e-4)
+
+
+@pytest.mark.slow
+def test_resume_without_a_checkpoint_fails_in_one_line(tmp_path: Path) -> None:
+    """--checkpoint-every 0 writes none; a --resume of that run exits 2 in one line and runs no step again."""
+    plan = disaggregated(tiny_workload())
+    _ok(_run(plan, tmp_path, tmp_path / "run", "--steps", "1", "--checkpoint-every", "0"))
+    assert not any((tmp_path / "run" / "checkpoints").glob("*"))
+    resumed = _run(plan, tmp_path, tmp_path / "run", "--resume", "--steps", "2")
+    assert resumed.returncode == 2 and resumed.stderr.count("\n") == 1, resumed.stderr
+    assert "no complete checkpoint to resume from" in resumed.stderr
+    assert [m["step"] for m in _metrics(tmp_path / "run")] == [1]
+
+
+@pytest.mark.slow
+def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_last_checkpoint(tmp_path: Path, small_tmpfs: Path) -> None:
+    """The run's checkpoints on a 6 MiB tmpfs: step 1's fits, step 2's does not: the run fails naming the cause,
+    step-000001 stays complete, no temp file is left, and nothing prints a traceback."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    os.symlink(small_tmpfs, run_dir / "checkpoints")
+    result = _run(disaggregated(tiny_workload()), tmp_path, run_dir, "--steps", "3", "--checkpoint-every", "1")
+    assert result.returncode == 1
+    last = result.stderr.splitlines()[-1]
+    assert "No space left on device" in last and "checkpoint after step 2 not written (kept step-000001)" in last
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert sorted(p.name for p in small_tmpfs.iterdir()) == ["latest", "step-000001"]
+    assert not [p for p in small_tmpfs.rglob("*") if ".tmp" in p.name]
+    assert ck.find_resumable(RunDir(run_dir)).step == 1

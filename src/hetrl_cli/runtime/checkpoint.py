@@ -183,6 +183,11 @@ def write_part(staging: Path, rank: int, part: RankPart) -> dict[str, Any]:
 
     name = f"rank-{rank:05d}.safetensors"
     tmp, final = staging / f".{name}.tmp", staging / name
+    try:
+        staging.mkdir(mode=0o700, parents=True, exist_ok=True)  # on a host that does not share rank 0's folder
+    except OSError as exc:
+        report["error"] = f"rank {rank}: {exc.strerror or exc} creating {staging}"
+        return report
     stored = [f"{p.key}#{n}" for n, p in enumerate(part.pieces)]  # zero3: several boxes of one tensor
     tensors, storages = {}, set()
     for key, piece in zip(stored, part.pieces, strict=True):
@@ -258,18 +263,15 @@ def save_checkpoint(run: RunDir, step: int, trainers: dict[str, Any], meta: dict
     and the previous checkpoint untouched. None (and a warning) when rank 0 cannot see another host's files:
     without a shared filesystem a checkpoint cannot be assembled, and the run goes on without it."""
     staging = run.checkpoints / f".step-{step:06d}.tmp"
-    if rank == 0:
-        shutil.rmtree(staging, ignore_errors=True)  # a killed run's half-written folder
-        _clean_staging(run)
     error = None
     if rank == 0:
+        _clean_staging(run)  # a killed run's half-written folders
         try:
             staging.mkdir(mode=0o700, parents=True)
         except OSError as exc:
             error = f"{exc.strerror or exc} creating {staging}"
     error = _broadcast(error, world)
     if error is None:
-        staging.mkdir(mode=0o700, parents=True, exist_ok=True)  # hosts without a shared filesystem
         part = RankPart()
         for role, trainer in trainers.items():
             mine = role_part(role, trainer)
@@ -285,17 +287,24 @@ def save_checkpoint(run: RunDir, step: int, trainers: dict[str, Any], meta: dict
         unseen = _unseen(staging, reports)
         failed = None if unseen else _seal(run, staging, step, reports, meta)
     failed, unseen = _broadcast((failed, unseen), world)
-    if failed or unseen:
-        shutil.rmtree(staging, ignore_errors=True)  # every rank: no temp files left on any host
-    kept = run.latest_checkpoint()
-    after = f"kept {kept[1].name}" if kept else "no earlier checkpoint"
+    if not (failed or unseen):
+        return run.checkpoints / f"step-{step:06d}"
+    shutil.rmtree(staging, ignore_errors=True)  # every rank: no temp files left on any host
+    after = _kept(run)
     if failed:
         raise CheckpointError(f"checkpoint after step {step} not written ({after}): {failed}")
-    if unseen:
-        if rank == 0:
-            print(f"hetrl: warning: checkpoint after step {step} skipped ({after}): {unseen}", flush=True)
-        return None
-    return run.checkpoints / f"step-{step:06d}"
+    if rank == 0:
+        print(f"hetrl: warning: checkpoint after step {step} skipped ({after}): {unseen}", flush=True)
+    return None
+
+
+def _kept(run: RunDir) -> str:
+    """Which checkpoint a failed one leaves in place, for the one-line message."""
+    try:
+        kept = run.latest_checkpoint()
+    except (OSError, ValueError, KeyError, TypeError):
+        kept = None
+    return f"kept {kept[1].name}" if kept else "no earlier checkpoint"
 
 
 def _clean_staging(run: RunDir) -> None:

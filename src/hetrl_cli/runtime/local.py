@@ -213,7 +213,41 @@ def worker_cause(run: RunDir, rank: int) -> str:
 
 def _pump(proc: subprocess.Popen, output: collections.deque[str], echo: Callable[[str], None]) -> None:
     assert proc.stdout is not None
+    quiet = AgentReport(echo)
     for line in proc.stdout:
         line = line.rstrip("\n")
         output.append(line)
-        echo(line)
+        quiet.line(line)
+    quiet.flush()
+
+
+class AgentReport:
+    """Passes the launch's lines on, except torchrun's own report of a failed worker (its ChildFailedError
+    traceback and summary): the launcher names the failing rank, its cause and last lines itself, and keeps
+    the report for `failing_rank`. Any other traceback of the agent is passed on whole."""
+
+    def __init__(self, echo: Callable[[str], None]) -> None:
+        self.echo = echo
+        self.held: list[str] = []
+        self.dropping = self.root_cause = False
+
+    def line(self, line: str) -> None:
+        if self.dropping:  # to the rule that closes the summary, after its root cause
+            if line.startswith("Root Cause"):
+                self.root_cause = True
+            elif line.startswith("=====") and self.root_cause:
+                self.dropping = self.root_cause = False
+            return
+        if self.held or line.startswith("Traceback (most recent call last):"):
+            self.held.append(line)
+            if "ChildFailedError" in line:
+                self.held, self.dropping = [], True
+            elif line.startswith("[rank "):  # a worker's line: this was not the agent's report
+                self.flush()
+            return
+        self.echo(line)
+
+    def flush(self) -> None:
+        for held in self.held:
+            self.echo(held)
+        self.held = []

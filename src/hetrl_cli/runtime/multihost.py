@@ -181,7 +181,10 @@ def match_hosts(plan: Plan, entries: list[HostEntry], hosts_file: str) -> list[H
 
 
 def required_disk_bytes(plan: Plan) -> int:
-    """Rough bytes a run needs on a host: the kept checkpoints (+ one staging) of the trained models, plus slack."""
+    """Rough bytes a run needs on a host: the kept checkpoints (+ one staging) of the trained models, plus slack.
+    A checkpoint holds weights in the workload's precision and fp32 optimizer state (checkpoint.state_bytes_per_param);
+    the checkpoint folder is shared, so each host is asked for the whole of it."""
+    from hetrl_cli.runtime.checkpoint import state_bytes_per_param
     from hetrl_cli.runtime.rundir import KEEP_CHECKPOINTS
 
     total = MIN_FREE_DISK_BYTES
@@ -195,7 +198,8 @@ def required_disk_bytes(plan: Plan) -> int:
             params = resolve(spec).param_count()
         except Exception:
             continue
-        total += params * 12 * (KEEP_CHECKPOINTS + 1)  # fp32 weights + two Adam moments
+        per_param = state_bytes_per_param(plan.workload.precision, plan.workload.optimizer)
+        total += params * per_param * (KEEP_CHECKPOINTS + 1)
     return total
 
 
