@@ -729,10 +729,11 @@ def search_space(
     return best, n_bin
 
 
-ESTIMATE_POOLS = 4
+ESTIMATE_POOLS = 6
 """Pools `estimate_s` scores every subset on (a seeded sample) to time the tables."""
-SEARCH_S_PER_COLUMN = 2e-4
-"""Seconds of leaf MILPs per column x[S,P] summed over the groupings (fitted on the uneven suite)."""
+SEARCH_S_PER_COLUMN = 4e-4
+"""Seconds of leaf MILPs per column x[S,P] summed over the groupings: 2e-4 to 1.3e-3 (median 5.7e-4) on 9
+settings of the uneven suite solved without a cutoff; the hybrid's plan as cutoff prunes, hence less."""
 
 
 def estimate_s(tables: Tables, granularity: Granularity) -> float:
