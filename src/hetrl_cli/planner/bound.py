@@ -41,6 +41,7 @@ solution tighten it while time lasts. The space's bound is the least over groupi
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -82,16 +83,23 @@ class TaskFloor:
     tp_of: tuple[int, ...] | None = None
     """Per class, the largest TP a device set holding it allows (per_class[k] is the floor at that TP; one TP
     serves the whole task, so a class that allows less scales every other class's floor up)."""
+    spread: float = 0.0
+    """The floor on a device set over two regions or more (training: a pipeline hop or the DP all-reduce
+    crosses regions; module docstring)."""
+    regions: tuple[str, ...] = ()
+    """Each class's region (read with `spread`)."""
 
     def tail(self, counts) -> float:
-        """max over the classes present of per_class, at the least TP they allow together."""
+        """max over the classes present of per_class, at the least TP they allow together (and the spread
+        floor where they lie in two regions or more)."""
         held = [k for k, n in enumerate(counts) if n > 0]
         if not held:
             return 0.0
+        spread = self.spread if self.spread and len({self.regions[k] for k in held}) > 1 else 0.0
         if self.tp_of is None:
-            return max(self.per_class[k] for k in held)
+            return max(spread, *(self.per_class[k] for k in held))
         tp = min(self.tp_of[k] for k in held)
-        return max(self.per_class[k] * self.tp_of[k] / tp for k in held)
+        return max(spread, *(self.per_class[k] * self.tp_of[k] / tp for k in held))
 
     def value(self, counts) -> float:
         best = max([self.tail(counts), *(r.value(counts) for r in self.ratios)])
@@ -126,6 +134,31 @@ def _max_tp(shape, gpus: int, divides: bool) -> int:
             best = tp
         tp *= 2
     return best
+
+
+def _spread_floor(tables, consts, arch, grads: float) -> float:
+    """A training task on devices in two regions or more: with one replica (DP 1), a pipeline hop crosses
+    regions and carries every micro-batch's activations (forward and gradient: passes · sends · N · seq · h ·
+    bytes over the hop at most the fastest link between regions, + one latency per micro-batch and send);
+    with DP ≥ 2, the gradient all-reduce's ring
+    spans every host the task uses and so crosses regions, moving ≥ frac · G bytes, frac ≥ 1/pp (a host holds
+    a whole TP group: tp of the tp·pp shards), pp ≤ min(16, layers). The less of the two; 0 on one region."""
+    from hetrl_cli.planner.space import max_pp_of
+
+    links, hosts = tables.cm.cluster.links, [h for c in tables.classes for h in c.hosts]
+    crossing = [links.between(a, b) for a in hosts for b in hosts if links.region(a) != links.region(b)]
+    if not crossing:
+        return 0.0
+    fastest = max(link.bandwidth_Bps for link in crossing)
+    latency = min(link.latency_s for link in crossing)
+    step, w = tables.cm.step, tables.workload
+    sends = consts.passes[2] * consts.sends_per_stage
+    micro_batches = step.n_samples / w.micro_batch  # m ≥ N / micro_batch on the one replica
+    activations = step.n_samples * step.seq_mean * arch.hidden_size * step.act_bytes
+    hops = sends * (activations / fastest + micro_batches * latency)
+    depth = min(max_pp_of("actor_train"), arch.num_layers)
+    allreduce = w.ppo_epochs * (grads / depth / fastest + latency)
+    return min(hops, allreduce)
 
 
 def task_floors(tables) -> dict[TaskName, TaskFloor]:
@@ -188,11 +221,15 @@ def task_floors(tables) -> dict[TaskName, TaskFloor]:
             ratios.append(Ratio(n * dispatch / w.micro_batch, tuple(1.0 for _ in f)))
         added: tuple[Ratio, ...] = ()
         held = arch.param_count(head) * weight_bytes_per_param(w)
+        spread = 0.0
         if task in TRAIN_TASKS:
             opt = w.ppo_epochs * arch.param_count(head) * optimizer_step_traffic_bytes_per_param(w)
             added = (Ratio(opt, tuple(o)),)
             held += arch.param_count(head) * grad_bytes_per_param(w)
-        out[task] = TaskFloor(const, per_class, tuple(ratios), added, held)
+            grads = arch.param_count(head) * grad_bytes_per_param(w)
+            spread = _spread_floor(tables, consts, arch, grads)
+        regions = tuple(c.region for c in tables.classes)
+        out[task] = TaskFloor(const, per_class, tuple(ratios), added, held, None, spread, regions)
     return out
 
 
@@ -256,10 +293,10 @@ class _CutModel:
             for task in group:
                 fl = floors[task]
                 w = lp.var()
-                if any(fl.per_class):
+                if any(fl.per_class) or fl.spread:
                     if present is None:  # present[k] ≥ n[j][k] / cap: 1 where the group holds all of class k
                         # (binary where a TP coupling reads it: the least TP of the classes held)
-                        coupled = integer and any(floors[t].tp_of is not None for t in group)
+                        coupled = integer and any(floors[t].tp_of is not None or floors[t].spread for t in group)
                         present = [lp.var(0.0, 1.0, integer=coupled) for _ in caps]
                         for k, cap in enumerate(caps):
                             lp.row({self.n[j][k]: 1.0, present[k]: -float(cap)}, upper=0.0)
@@ -287,8 +324,13 @@ class _CutModel:
 
     def _tails(self, w: int, fl: TaskFloor, present: list[int]) -> None:
         """w ≥ per_class[k] where class k is present; with a TP coupling, w ≥ per_class[k]·tp_of[k]/tp_of[i]
-        where classes k and i are both present (tp_of[i] < tp_of[k])."""
+        where classes k and i are both present (tp_of[i] < tp_of[k]); w ≥ spread where two classes of
+        different regions are."""
         lp = self.lp
+        if fl.spread:
+            for k, i in itertools.combinations(range(len(present)), 2):
+                if fl.regions[k] != fl.regions[i]:
+                    lp.row({w: 1.0, present[k]: -fl.spread, present[i]: -fl.spread}, lower=-fl.spread)
         for k, g in enumerate(fl.per_class):
             if g <= 0:
                 continue
