@@ -140,15 +140,15 @@ def _seed_columns(tables: Tables, seeds: Sequence[Seed]) -> list[Column]:
 
 
 def _hybrid(tables: Tables, budget: Budget, seeds: Sequence[Seed], seed: int, progress) -> tuple[Seed, float] | None:
-    """The hybrid search within `budget` (its evaluations where counted), seeded with the plans found before:
-    its plan (a seed of the master: whole sub-hosts on clusters this large) and seconds, or None."""
+    """The hybrid search within `budget` (its seconds, and its evaluations where counted), seeded with the plans
+    found before: its plan (a seed of the master: whole sub-hosts on clusters this large) and seconds, or None."""
     from hetrl_cli.planner.hybrid import Hybrid, genome_of
 
     if progress:
         progress("ILP: hybrid search for the master's first columns")
     search = Hybrid(tables, seed)
     genomes = [(tuple(tuple(s) for s in g), genome_of(search, sets)) for g, sets in seeds]
-    found = search.run(budget.for_search() if budget.max_evals is not None else budget, genomes)
+    found = search.run(budget, genomes)  # seconds and --max-evals, whichever ends first: the ILP's budget holds
     if found.options is None or found.grouping is None:
         return None
     return (found.grouping, [o.devices for o in found.options]), found.score
