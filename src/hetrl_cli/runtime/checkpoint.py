@@ -117,20 +117,36 @@ def _optimizer_state(trainer: Any, param: Any) -> dict[str, Any]:
 
 def role_part(role: str, trainer: Any) -> RankPart:
     """The unique part of `role` (Actor or Critic) this rank holds: see the module docstring for who writes what."""
+    shard = trainer.shard
+    part = RankPart()
+    if hasattr(shard, "checkpoint_pieces"):  # zero3: each rank's chunks, as boxes of the canonical tensors
+        for name, key, tensor, offsets in shard.checkpoint_pieces(trainer.optimizer):
+            slot = f"{role}/model/{name}" if key is None else f"{role}/optim/{name}/{key}"
+            part.pieces.append(Piece(slot, tensor.detach(), shard.full_shapes[name] if offsets else (), offsets))
+    else:
+        _held_part(role, trainer, part)
+    pos = shard.par.pos
+    if pos.replica == 0 and pos.stage == 0 and pos.tp_rank == 0:
+        groups = [{k: _json_value(v) for k, v in g.items() if k != "params"} for g in trainer.optimizer.param_groups]
+        part.values[f"{role}/param_groups"] = groups
+        scaler = trainer.scaler
+        part.values[f"{role}/scaler"] = {"scale": scaler.scale, "clean_steps": scaler.clean_steps,
+                                         "skipped": scaler.skipped}  # fmt: skip
+    return part
+
+
+def _held_part(role: str, trainer: Any, part: RankPart) -> None:
+    """Weights (replica 0) and optimizer state (replica 0, or with ZeRO-1/2 every rank's partition) of the
+    parameters this rank owns (parallel.Shard.owned), as the slices it holds."""
     from torch import Tensor
 
     from hetrl_cli.runtime.sharding import local_params
 
     shard, zero = trainer.shard, trainer.zero
-    part = RankPart()
     leader = shard.par.pos.replica == 0
     sharded = zero is not None and zero.active
     stepped_here = {id(p) for p in local_params(trainer.optimizer)}
-    if hasattr(shard, "checkpoint_pieces"):  # zero3: each rank's chunks, as boxes of the canonical tensors
-        for name, key, tensor, offsets in shard.checkpoint_pieces(trainer.optimizer):
-            slot = f"{role}/model/{name}" if key is None else f"{role}/optim/{name}/{key}"
-            part.pieces.append(Piece(slot, tensor.detach(), shard.full_shapes[name] if offsets else (), offsets))
-    for name, param in [] if hasattr(shard, "checkpoint_pieces") else shard.held:
+    for name, param in shard.held:
         if not shard.owned(name):
             continue
         full, offsets = shard.full_shapes[name], _offsets(shard, name, param.dim())
@@ -147,13 +163,6 @@ def role_part(role: str, trainer: Any) -> RankPart:
                     part.pieces.append(Piece(slot, value.detach(), (), ()))
             else:
                 part.values[slot] = _json_value(value)
-    if leader and shard.par.pos.stage == 0 and shard.par.pos.tp_rank == 0:
-        groups = [{k: _json_value(v) for k, v in g.items() if k != "params"} for g in trainer.optimizer.param_groups]
-        part.values[f"{role}/param_groups"] = groups
-        scaler = trainer.scaler
-        part.values[f"{role}/scaler"] = {"scale": scaler.scale, "clean_steps": scaler.clean_steps,
-                                         "skipped": scaler.skipped}  # fmt: skip
-    return part
 
 
 def _sha256(path: Path) -> str:
@@ -416,14 +425,14 @@ def find_resumable(run: RunDir, flag: str = "--resume") -> Resumable:
     if named is not None:
         target = folder / named
         if re.fullmatch(r"step-\d{6,}", named) and _complete(target):
-            verify(target)
+            _verified(target)
             return Resumable(_step_of(target) or 0, target)
         why = f"{pointer} names '{named[:40]}', which is not a complete checkpoint (no meta.json)"
     found = sorted((p for p in folder.glob("step-*") if _step_of(p) is not None and _complete(p)), key=_step_of)
     if not found:
         raise BadInput(f"{flag} {run.root}: no complete checkpoint to resume from ({why}); nothing was started")
     newest = found[-1]
-    verify(newest)
+    _verified(newest)
     return Resumable(_step_of(newest) or 0, newest, f"{why}; resuming from the newest complete one, {newest.name}")
 
 
@@ -440,6 +449,13 @@ def resume_point(plan: Plan, root: Path) -> Resumable:
             "micro_batch may change)"
         )
     return found
+
+
+def _verified(path: Path) -> None:
+    try:
+        verify(path)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{exc}; move {path} away to resume from an earlier checkpoint") from None
 
 
 def training_identity(workload: Workload) -> dict[str, Any]:
