@@ -318,6 +318,27 @@ def test_the_launcher_passes_on_no_torchrun_traceback() -> None:
     assert shown == ["[rank 1] worker failed: checkpoint after step 2 not written", "after", *other]
 
 
+def test_without_a_shared_filesystem_the_checkpoint_is_skipped_with_a_warning(
+    tiny_dir: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """A rank whose file rank 0 cannot see (another host's disk): no checkpoint, a warning, no staging folder,
+    the previous checkpoint kept, and the run goes on (no error)."""
+    actor = _trained(tiny_dir)
+    _save(actor, tmp_path, 1)
+    real = ck.write_part
+
+    def elsewhere(staging: Path, rank: int, part: ck.RankPart) -> dict:
+        report = real(staging, rank, part)
+        (staging / report["file"]["name"]).unlink()  # written, but on a disk rank 0 does not share
+        return report
+
+    monkeypatch.setattr(ck, "write_part", elsewhere)
+    assert ck.save_checkpoint(RunDir(tmp_path), 2, {"actor": actor}, {"training": {}}, rank=0, world=1) is None
+    warning = capsys.readouterr().out
+    assert "checkpoint after step 2 skipped (kept step-000001)" in warning and "shared filesystem" in warning
+    assert sorted(p.name for p in RunDir(tmp_path).checkpoints.iterdir()) == ["latest", "step-000001"]
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path: Path):
     """A 6 MiB tmpfs (one tiny checkpoint is ~4.2 MB): skipped where mounting needs a root we are not."""
