@@ -161,7 +161,8 @@ def test_auto_estimates_the_ilps_seconds():
     """auto's estimate (ilp.estimate_s: a sample of pools timed, the pair tables, the leaves' columns) against the
     ILP's own seconds on fresh tables in the same process (so both see the machine's load). Before issue 24 the
     estimate was pools × Σ subset sizes × 15 calls × 0.5 ms: 1.7–5.5× the measured seconds on the uneven suite
-    (the issue's 51-GPU case: ~206 s estimated, 50 s measured). The suite checks 2×; this test allows 3×."""
+    (the issue's 51-GPU case: ~206 s estimated, 50 s measured). The suite checks 2×; this test allows 4×: both
+    are timed on a machine other test runs share, and a load spike during one of them moves the ratio."""
     from hetrl_cli.planner.ilp import estimate_s
 
     small = ModelSpec(arch="qwen3-0.6b")
@@ -172,4 +173,4 @@ def test_auto_estimates_the_ilps_seconds():
     result, _space, _note = solve_ilp(tables_for(profile, w), Budget(600), granularity="host")
     measured = time.monotonic() - start
     assert result.status == "optimal"
-    assert measured / 3 <= estimate <= 3 * measured, (estimate, measured)
+    assert measured / 4 <= estimate <= 4 * measured, (estimate, measured)
