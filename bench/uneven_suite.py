@@ -220,11 +220,11 @@ def main_ilp(args) -> None:
         print(f"{name}: {time.monotonic() - start:.0f} s, ilp {i.get('status')} {i.get('objective')} bound "
               f"{i.get('bound')} est {row['estimate_s']} measured {row['measured_s']} hybrid "
               f"{row.get('hybrid2')} {row.get('hybrid10')}", flush=True)  # fmt: skip
-    summary = ilp_summary(rows)
-    out = Path(args.out).with_name("uneven_ilp.json")
-    out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=2) + "\n")
-    out.with_suffix(".md").write_text(ilp_markdown(rows))
-    print(json.dumps(summary))
+        summary = ilp_summary(rows)  # written after every setting: a cut-short run keeps what it measured
+        out = Path(args.out).with_name("uneven_ilp.json")
+        out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=2) + "\n")
+        out.with_suffix(".md").write_text(ilp_markdown(rows))
+    print(json.dumps(ilp_summary(rows)))
 
 
 def markdown(rows: list[dict], ladder: list[int]) -> str:
