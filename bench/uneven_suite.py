@@ -103,8 +103,8 @@ def run_setting(cluster: dict, workload_data: dict, ladder: list[int]) -> dict:
     return row
 
 
-def run_ilp_setting(cluster: dict, workload_data: dict, ilp_budget: float = 60.0) -> dict | None:
-    """The exact solver on one setting (module docstring, `--ilp`); None where no task fits anywhere."""
+def run_ilp_setting(cluster: dict, workload_data: dict, ilp_budget: float = 60.0) -> dict:
+    """The exact solver on one setting (module docstring, `--ilp`); `ilp.error` where it exits 3."""
     import hetrl_cli.planner.ilp as ilp_module
     import hetrl_cli.planner.lazy as lazy_module
     from hetrl_cli.artifacts.workload import Workload
@@ -118,12 +118,13 @@ def run_ilp_setting(cluster: dict, workload_data: dict, ilp_budget: float = 60.0
     profile = profile_from_cluster(cluster)
     workload = Workload.model_validate(workload_data)
     tables = Tables(CostModel(profile, workload), profile, workload)
-    try:
-        check_feasible(tables)
-    except Infeasible:
-        return None
     row: dict = {"devices": len(profile.devices), "hosts": len(profile.hosts), "classes": len(tables.classes)}
     row["pools"] = count_pools(tables.classes, "host")
+    try:
+        check_feasible(tables)
+    except Infeasible as exc:  # a task fits nowhere: exit 3 before any solver
+        row["ilp"] = {"error": str(exc)}
+        return row
     gran = ilp_module.choose_granularity(tables, 150)
     row["granularity"] = gran
     start = time.monotonic()
@@ -211,14 +212,11 @@ def main_ilp(args) -> None:
         if args.only and name not in args.only:
             continue
         start = time.monotonic()
-        row = run_ilp_setting(cluster, workload)
-        if row is None:
-            continue
-        row = {"name": name, **row}
+        row = {"name": name, **run_ilp_setting(cluster, workload)}
         rows.append(row)
         i = row["ilp"]
         print(f"{name}: {time.monotonic() - start:.0f} s, ilp {i.get('status')} {i.get('objective')} bound "
-              f"{i.get('bound')} est {row['estimate_s']} measured {row['measured_s']} hybrid "
+              f"{i.get('bound')} est {row.get('estimate_s')} measured {row.get('measured_s')} hybrid "
               f"{row.get('hybrid2')} {row.get('hybrid10')}", flush=True)  # fmt: skip
         summary = ilp_summary(rows)  # written after every setting: a cut-short run keeps what it measured
         out = Path(args.out).with_name("uneven_ilp.json")
