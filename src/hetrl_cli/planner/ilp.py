@@ -731,9 +731,10 @@ def search_space(
 
 ESTIMATE_POOLS = 6
 """Pools `estimate_s` scores every subset on (a seeded sample) to time the tables."""
-SEARCH_S_PER_COLUMN = 4e-4
+SEARCH_S_PER_COLUMN = 2e-4
 """Seconds of leaf MILPs per column x[S,P] summed over the groupings: 2e-4 to 1.3e-3 (median 5.7e-4) on 9
-settings of the uneven suite solved without a cutoff; the hybrid's plan as cutoff prunes, hence less."""
+settings of the uneven suite solved without a cutoff; with the hybrid's plan as cutoff (as `--solver ilp` runs)
+about a third of that (u07, u16, u18: 4e-4 overestimated the ILP's seconds 1.65-1.93x)."""
 
 
 def estimate_s(tables: Tables, granularity: Granularity) -> float:
