@@ -22,6 +22,7 @@ torch is imported inside the functions (worker processes only).
 
 from __future__ import annotations
 
+from array import array
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -75,8 +76,17 @@ def pack_rollouts(rollouts: list[Rollout]) -> tuple[Tensor, Tensor]:
     import torch
 
     table = torch.tensor([(r.index, len(r.prompt_ids), len(r.response_ids)) for r in rollouts], dtype=torch.int32)
-    tokens = [t for r in rollouts for t in (*r.prompt_ids, *r.response_ids)]
-    return table.reshape(len(rollouts), 3), torch.tensor(tokens, dtype=torch.int32)
+    tokens = array("i")  # filled in C from the tuples: several times faster than torch.tensor(list)
+    for r in rollouts:
+        tokens.extend(r.prompt_ids)
+        tokens.extend(r.response_ids)
+    return table.reshape(len(rollouts), 3), _from_array(tokens, torch.int32)
+
+
+def _from_array(values: array, dtype: Any) -> Tensor:
+    import torch
+
+    return torch.frombuffer(values, dtype=dtype) if len(values) else torch.zeros(0, dtype=dtype)
 
 
 def unpack_rollouts(table: Tensor, tokens: Tensor) -> list[Rollout]:
@@ -100,15 +110,14 @@ def pack_experience(mine: dict[str, dict[int, Any]]) -> tuple[Tensor, Tensor]:
     """(table [rows, 3] = field number, sequence index, length; values float32): one row per (field, sequence)."""
     import torch
 
-    rows, chunks = [], []
+    rows, values = [], array("f")  # C floats: each Python float rounded to float32 as torch would
     for field, by_index in mine.items():
         number = FIELDS.index(field)
         for index, value in by_index.items():
             row = [value] if field in SCALARS else value
             rows.append((number, index, len(row)))
-            chunks.append(torch.as_tensor(row, dtype=torch.float32).reshape(-1))
-    values = torch.cat(chunks) if chunks else torch.zeros(0, dtype=torch.float32)
-    return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), 3), values
+            values.extend(row.tolist() if isinstance(row, torch.Tensor) else row)
+    return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), 3), _from_array(values, torch.float32)
 
 
 def all_gather_experience(
