@@ -175,3 +175,22 @@ def test_auto_estimates_the_ilps_seconds():
     measured = time.monotonic() - start
     assert result.status == "optimal"
     assert measured / 4 <= estimate <= 4 * measured, (estimate, measured)
+
+
+@pytest.mark.slow
+def test_a_32_host_cluster_gets_a_plan_and_a_bound():
+    """32 hosts of 16 kinds (1-8 GPUs, four regions): 43 million whole-host pools. The ILP returns a plan with a
+    bound below it within its budget."""
+    gpus = ["H100 SXM", "A100 80GB", "A100 40GB", "L40S", "L4", "A10G", "RTX 4090", "V100", "T4", "H200"]
+    groups = [
+        {"gpu": gpus[i % 10], "gpus_per_node": [1, 2, 3, 4, 5, 6, 8][i % 7], "nodes": 2, "region": f"r{i % 4}",
+         "name_prefix": f"g{i}"}
+        for i in range(16)
+    ]  # fmt: skip
+    profile = cluster("big32", groups)
+    start = time.monotonic()
+    plan = make_plan(profile, ppo_8b(), solver="ilp", budget_s=30, seed=0)
+    assert time.monotonic() - start < 45
+    s = plan.solver
+    assert len(profile.hosts) == 32 and "lazy ILP" in s.note
+    assert s.bound is not None and 0 < s.bound <= s.objective and s.gap is not None
