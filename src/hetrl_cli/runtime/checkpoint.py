@@ -485,6 +485,10 @@ class Reader:
         self.tensors: dict[str, Any] = self.index.get("tensors", {})
         self.values: dict[str, Any] = self.index.get("values", {})
         self.files = _files(self.index, self.path)
+        try:
+            self.total_bytes = sum(int(info["bytes"]) for info in self.files.values())
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(f"{self.path / INDEX}: a file without its size") from None
         self._open: dict[str, Any] = {}
 
     def close(self) -> None:
@@ -510,6 +514,14 @@ class Reader:
                 raise CheckpointError(f"{self.path / name}: not a safetensors file ({type(exc).__name__})") from None
         return self._open[name]
 
+    def _read(self, piece: dict[str, Any], box: tuple[slice, ...] | None) -> Tensor:
+        """A stored piece, whole (`box` None) or the box of it."""
+        source, stored = self._handle(piece["file"]), str(piece["key"])
+        try:
+            return source.get_tensor(stored) if box is None else source.get_slice(stored)[box]
+        except Exception as exc:  # a key or box the file does not hold
+            raise CheckpointError(f"{self.path / piece['file']}: no {stored[:80]} ({type(exc).__name__})") from None
+
     def shape(self, key: str) -> tuple[int, ...] | None:
         entry = self.tensors.get(key)
         return None if entry is None else tuple(entry["shape"])
@@ -532,24 +544,23 @@ class Reader:
         if entry.get("dtype") not in DTYPES:
             raise CheckpointError(f"{self.path / INDEX}: {key} has dtype {str(entry.get('dtype'))[:20]!r}")
         dtype = getattr(torch, entry["dtype"])
-        if math.prod(shape) * dtype.itemsize > sum(int(f.get("bytes", 0)) for f in self.files.values()):
+        if math.prod(shape) * dtype.itemsize > self.total_bytes:
             raise CheckpointError(f"{self.path / INDEX}: {key} is larger than the checkpoint's files")
         out = torch.empty(shape, dtype=dtype)
         covered = 0
         for piece in entry["pieces"]:
-            at, size = piece["offsets"], piece["shape"]
+            at, size = list(piece["offsets"]), list(piece["shape"])
             if len(at) != len(shape) or len(size) != len(shape):
                 raise CheckpointError(f"{self.path / INDEX}: {key} has a piece of {len(size)} dimensions")
             lo = [max(a, b) for a, b in zip(offsets, at, strict=True)]
             hi = [min(a + n, b + m) for a, n, b, m in zip(offsets, shape, at, size, strict=True)]
             if any(h <= low for low, h in zip(lo, hi, strict=True)):
                 continue
-            source, stored = self._handle(piece["file"]), str(piece["key"])
-            box = tuple(slice(a - b, c - b) for a, b, c in zip(lo, at, hi, strict=True))
-            try:
-                data = source.get_slice(stored)[box] if shape else source.get_tensor(stored)
-            except Exception as exc:  # a key or box the file does not hold
-                raise CheckpointError(f"{self.path / piece['file']}: no {stored[:80]} ({type(exc).__name__})") from None
+            exact = at == list(offsets) and size == list(shape)  # the piece is the region: read it whole
+            box = None if exact or not shape else tuple(slice(a - b, c - b) for a, b, c in zip(lo, at, hi, strict=True))
+            data = self._read(piece, box)
+            if exact and data.dtype == dtype and tuple(data.shape) == tuple(shape):
+                return data
             target = tuple(slice(a - b, c - b) for a, b, c in zip(lo, offsets, hi, strict=True))
             out[target] = data.to(out.dtype)
             covered += math.prod(c - a for a, c in zip(lo, hi, strict=True))
