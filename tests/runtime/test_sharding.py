@@ -415,13 +415,30 @@ def _zero3_worker(rank: int, port: int, shape: str, recompute: bool, precision: 
     dist.broadcast_object_list(box, src=task.leader)
     fresh = actor()
     fresh.load_state(copy.deepcopy(box[0]))
-    for a in (first, fresh):
-        _update(a, rollouts, adv, lo, hi, dp)
+    result["gathered_layers"] = _most_gathered_layers(first, lambda: _update(first, rollouts, adv, lo, hi, dp))
+    _update(fresh, rollouts, adv, lo, hi, dp)
     result["weights2"] = first.named_weights()
     result["weights2_fresh"] = fresh.named_weights()
     result["plain_state"] = plain_state
     torch.save(result, Path(out) / f"rank{rank}.pt")
     dist.destroy_process_group()
+
+
+def _most_gathered_layers(actor: Actor, run) -> int:
+    """The most decoder layers gathered at once while `run()` trains (costmodel.memory's ZERO3_GATHERED_LAYERS)."""
+    shard, most = actor.shard, [0]
+    plain = shard._acquire
+
+    def counted(unit) -> None:
+        plain(unit)
+        most[0] = max(most[0], sum(u.users > 0 for u in shard.units if u.layer))
+
+    shard._acquire = counted
+    try:
+        run()
+    finally:
+        shard._acquire = plain
+    return most[0]
 
 
 @pytest.mark.slow
@@ -444,6 +461,7 @@ def test_zero3_updates_equal_one_process(tiny_dir: Path, tmp_path: Path, shape: 
     for r, result in enumerate(ranks):
         assert result["kind"] == "Zero3Shard"
         assert result["module_bytes"] == 0, "module parameters are freed between uses"
+        assert result["gathered_layers"] == 1, "one decoder layer gathered at a time, forward and backward"
         assert result["held_numel"] / 2 <= result["chunk_numel"] <= result["held_numel"] / 2 + 3
         if single is not None:
             torch.testing.assert_close(result["sums"]["grad_norm"], single["sums"]["grad_norm"], atol=2e-5, rtol=1e-4)
