@@ -104,6 +104,21 @@ def test_only_the_slice_is_read(tmp_path: Path) -> None:
     assert files.key("lm_head.weight") is None  # tied: only the embedding is stored
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_tp_pieces_are_contiguous_and_own_their_bytes(tmp_path: Path, dtype: str) -> None:
+    """A TP piece is a parameter collectives write into in place (ZeRO's broadcast of updated partitions): a
+    column slice left as a strided view of the file's tensor (o_proj, down_proj) kept stale values there."""
+    model_dir = _save(tmp_path / "m", "qwen3", True)
+    for tp_rank in (0, 1):
+        par = Parallel(Position(replica=0, stage=0, tp_rank=tp_rank, tp=2, split=()))
+        loaded = load_shard(model_dir, par, "cpu", dtype, trained=True)
+        for name, p in loaded.shard.held:
+            assert p.is_contiguous(), f"tp_rank {tp_rank}: {name} {p.stride()}"
+            assert p.untyped_storage().nbytes() == p.numel() * p.element_size(), f"tp_rank {tp_rank}: {name}"
+        for master in loaded.masters or []:
+            assert master.is_contiguous()
+
+
 def test_a_bin_checkpoint_is_loaded_whole_then_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model_dir = _save(tmp_path / "st", "qwen3", True)
     from safetensors.torch import load_file

@@ -90,7 +90,14 @@ class WeightFiles:
 
     def read(self, key: str, part: tuple[int, int, int] | None = None) -> Tensor:
         """The tensor `key`, or only rows/columns [lo, hi) of dimension `dim` for `part` = (dim, lo, hi), on the
-        CPU in the file's dtype. The file is closed (unmapped) before this returns."""
+        CPU in the file's dtype, contiguous and owning exactly its bytes. The file is closed (unmapped) before
+        this returns.
+
+        `get_slice` returns a view: a column slice (dim 1: o_proj, down_proj) is non-contiguous and a row slice may
+        sit in a larger buffer. A parameter made of such a view breaks collectives that write into it in place
+        (ZeroRedundancyOptimizer's broadcast of the updated partition left the other replica's TP pieces stale:
+        dp2xtp2 zero2 diverged from the unsharded update), and keeps the larger buffer alive; so it is copied."""
+        import torch
         from safetensors import safe_open
 
         with safe_open(str(self.where[key]), "pt") as f:
@@ -100,7 +107,10 @@ class WeightFiles:
             index: list[slice] = [slice(None)] * len(piece.get_shape())
             dim, lo, hi = part
             index[dim] = slice(lo, hi)
-            return piece[tuple(index)]
+            tensor = piece[tuple(index)]
+        if tensor.is_contiguous() and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size():
+            return tensor
+        return tensor.clone(memory_format=torch.contiguous_format)
 
 
 def _empty_model(model_dir: Path, head: str) -> nn.Module:
