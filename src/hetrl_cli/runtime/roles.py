@@ -428,8 +428,8 @@ def _full_state(shard, optimizer, zero: Any = None) -> dict[str, Any] | None:
         return None  # other replicas took part in the consolidation only
     weights = shard.full_weights()
     optim = shard.full_optimizer_state(optimizer)
-    if weights is None or shard.par.pos.replica != 0:
-        return None
+    if weights is None or (params_sharded and shard.par.pos.replica != 0):
+        return None  # zero3: every replica gathered, replica 0's leader keeps it; unsharded: each replica's leader
     return {"model": dict(weights), "optimizer": optim}
 
 
