@@ -371,36 +371,47 @@ class Shard:
         """The full model's weights (or gradients), canonical names, on the replica's leader (None elsewhere;
         on every rank of the replica when `everyone`). Collective over the replica."""
         pieces = [(n, self.par.pos.tp_rank, (p.grad if grads else p).detach()) for n, p in self.held if self.owned(n)]
-        parts = self._gather(pieces, everyone)
-        if parts is None:
+        return self._full_weights_of(pieces, everyone)
+
+    def _full_weights_of(
+        self, pieces: list[tuple[str, int, Tensor]], everyone: bool
+    ) -> list[tuple[str, Tensor]] | None:
+        full = self._gather([(n, r, None, t) for n, r, t in pieces], everyone)
+        if full is None:
             return None
-        return list(self._assemble(parts).items())
+        return [(n, full[(n, None)]) for n in self.full_shapes if (n, None) in full]
 
-    def _gather(self, obj: Any, everyone: bool) -> list[Any] | None:
+    def _gather(
+        self, pieces: list[tuple[str, int, str | None, Any]], everyone: bool, keyed: bool = False
+    ) -> dict[tuple[str, str | None], Any] | None:
+        """{(canonical name, optimizer key or None): full value} from every replica member's (name, TP rank, key,
+        value) pieces, on the leader (None elsewhere; everywhere with `everyone`). Tensors move as tensors in
+        bounded buckets on the ranks' device (runtime/gather.py); with `keyed` (optimizer state) the key names and
+        any non-tensor state, the only pickled part, go through one small object all-gather first."""
+        from hetrl_cli.runtime.gather import Assembly, Exchange
+
         if self.par.mp_size == 1:
-            return [obj]
-        cpu = _to_cpu(obj)
-        if everyone:
-            out: list[Any] = [None] * self.par.mp_size
-            dist.all_gather_object(out, cpu, group=self.par.mp_group)
-            return out
-        leader = self.par.mp_ranks[0]
-        gathered: list[Any] | None = [None] * self.par.mp_size if dist.get_rank() == leader else None
-        dist.gather_object(cpu, gathered, dst=leader, group=self.par.mp_group)
-        return gathered
-
-    def _assemble(self, parts: list[list[tuple[str, int, Tensor]]]) -> dict[str, Tensor]:
-        full: dict[str, Tensor] = {}
-        for part in parts:
-            for name, tp_rank, tensor in part:
-                sl = self.slices.get(tp_rank, {}).get(name)
-                if sl is None:
-                    full[name] = tensor
-                    continue
-                target = full.setdefault(name, torch.zeros(self.full_shapes[name], dtype=tensor.dtype))
-                dim, lo, hi = sl
-                target.narrow(dim, lo, hi - lo).copy_(tensor.cpu())
-        return {n: full[n] for n in self.full_shapes if n in full}
+            return {(n, k): v for n, _, k, v in pieces}
+        names = list(self.full_shapes)
+        number = {n: i for i, n in enumerate(names)}
+        keys = sorted({k for _, _, k, _ in pieces if k is not None})
+        extras = {i: v for i, (_, _, _, v) in enumerate(pieces) if not isinstance(v, Tensor)}
+        meta: list[Any] = [(keys, extras)] * self.par.mp_size
+        if keyed:
+            dist.all_gather_object(meta, (keys, extras), group=self.par.mp_group)
+        assembly = Assembly(
+            [self.full_shapes[n] for n in names],
+            lambda name, tp_rank: self.slices.get(tp_rank, {}).get(names[name]),
+            keys=[m[0] for m in meta],
+            extras=[m[1] for m in meta],
+        )
+        device = self.held[0][1].device if self.held else torch.device("cpu")
+        exchange = Exchange(self.par.mp_group, self.par.mp_ranks, everyone, device)
+        exchange.run([(number[n], r, keys.index(k) if k is not None else -1, v) for n, r, k, v in pieces],
+                     assembly.prepare)  # fmt: skip
+        if not exchange.receiving:
+            return None
+        return {(names[n], k): v for (n, k), v in assembly.out.items()}
 
     def piece(self, name: str, full: Tensor) -> Tensor:
         """This rank's slice of a full tensor named `name`."""
@@ -426,21 +437,13 @@ class Shard:
         pieces = []
         for i, (name, _) in enumerate(self.held):
             if self.owned(name) and i in sd["state"]:
-                pieces.append((name, pos.tp_rank, {k: v for k, v in sd["state"][i].items()}))
-        parts = self._gather(pieces, everyone=False)
-        if parts is None:
+                pieces.extend((name, pos.tp_rank, key, value) for key, value in sd["state"][i].items())
+        full = self._gather(pieces, everyone=False, keyed=True)
+        if full is None:
             return None
         state: dict[str, dict[str, Any]] = {}
-        for part in parts:
-            for name, tp_rank, values in part:
-                slot = state.setdefault(name, {})
-                for key, value in values.items():
-                    sl = self.slices.get(tp_rank, {}).get(name)
-                    if sl is None or not isinstance(value, Tensor) or value.dim() == 0:
-                        slot[key] = value
-                        continue
-                    target = slot.setdefault(key, torch.zeros(self.full_shapes[name], dtype=value.dtype))
-                    target.narrow(sl[0], sl[1], sl[2] - sl[1]).copy_(value.cpu())
+        for (name, key), value in full.items():
+            state.setdefault(name, {})[key] = value
         groups = [{k: v for k, v in g.items() if k != "params"} for g in sd["param_groups"]]
         return {"state": state, "param_groups": groups}
 
@@ -465,16 +468,6 @@ def _stage_names(model: nn.Module, canon: dict[int, str], lo: int, hi: int, stag
     if stage == stages - 1:
         modules.extend(m for m in (inner.norm, head) if m is not None)
     return {canon[id(p)] for m in modules for p in m.parameters()}
-
-
-def _to_cpu(obj: Any) -> Any:
-    if isinstance(obj, Tensor):
-        return obj.detach().cpu()
-    if isinstance(obj, list | tuple):
-        return type(obj)(_to_cpu(x) for x in obj)
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    return obj
 
 
 def _numel(shape: tuple[int, ...]) -> int:

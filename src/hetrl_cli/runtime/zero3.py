@@ -325,10 +325,7 @@ class Zero3Shard(Shard):
                 chunk = torch.zeros_like(unit.local)
             flat = self._gathered(unit, chunk)
             pieces.extend((n, tp_rank, t) for n, t in self._split(unit, flat) if self.owned(n))
-        parts = self._gather(pieces, everyone)
-        if parts is None:
-            return None
-        return list(self._assemble(parts).items())
+        return self._full_weights_of(pieces, everyone)
 
     def full_optimizer_state(self, optimizer: Any) -> dict[str, Any] | None:
         """Shard.full_optimizer_state from the chunks' state (masters, moments): collective over the ZeRO group
