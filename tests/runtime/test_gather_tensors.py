@@ -167,25 +167,40 @@ def test_tensor_gather_equals_the_pickled_one(tmp_path: Path, layout: str, dtype
 def _objects_worker(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
+    from hetrl_cli.runtime import gather
+
     _init(rank, port, 4)
     shard, optimizer = _shard("tp2xpp2", rank, torch.bfloat16, False)
     counts: dict[str, int] = {}
     _count_objects(counts)
+    gather.GATHER_BUCKET_BYTES = 4096
+    sent: list[int] = []
+    real_send = dist.send
+
+    def send(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        sent.append(tensor.numel() * tensor.element_size())
+        return real_send(tensor, *args, **kwargs)
+
+    dist.send = send
     weights = shard.full_weights()
+    dist.send = real_send
     weight_objects = sum(counts.values())
     shard.full_optimizer_state(optimizer)
     state_objects = sum(counts.values()) - weight_objects
     model_bytes = sum(t.numel() * t.element_size() for _, t in weights) if weights else 0
-    Path(out, f"rank{rank}").write_text(json.dumps([weight_objects, state_objects, model_bytes]))
+    Path(out, f"rank{rank}").write_text(json.dumps([weight_objects, state_objects, model_bytes, sent]))
     dist.destroy_process_group()
 
 
 def test_full_weights_of_a_tp2_pp2_replica_pickles_no_tensor(tmp_path: Path) -> None:
     """The object collectives of a full_weights() carry nothing (the pickled path carried every piece: the
     whole model, ~0.1 MB here and 16 GB for an 8B model in bf16); full_optimizer_state's carry only the
-    state's key names and non-tensor values, a few hundred bytes a rank."""
+    state's key names and non-tensor values, a few hundred bytes a rank. Every send to the leader is one bucket
+    of at most GATHER_BUCKET_BYTES, and the leader sends nothing."""
     mp.spawn(_objects_worker, args=(free_port(), str(tmp_path)), nprocs=4, join=True)
     results = [json.loads((tmp_path / f"rank{r}").read_text()) for r in range(4)]
     assert results[0][2] > 50_000  # the leader holds the full model
-    assert all(weights == 0 for weights, _, _ in results), results
-    assert all(0 < state <= 1024 for _, state, _ in results), results
+    assert all(weights == 0 for weights, _, _, _ in results), results
+    assert all(0 < state <= 1024 for _, state, _, _ in results), results
+    assert results[0][3] == [] and all(max(sent) <= 4096 and len(sent) > 1 for *_, sent in results[1:]), results
+    assert 0 < sum(sum(sent) for *_, sent in results[1:]) < results[0][2]  # the leader's own pieces stay put
