@@ -57,13 +57,14 @@ def grpo_loop(wl, model_dir: Path, steps: int, reuse_old_logprobs: bool = False)
     the update's own forward, detached (one update per batch), instead of a separate no-grad pass."""
     import torch
 
+    from hetrl_cli.profiling.probe import usable_cores
     from hetrl_cli.runtime import algorithms as alg
     from hetrl_cli.runtime.datasets import load_records, step_records
     from hetrl_cli.runtime.engines import cut_at_eos
     from hetrl_cli.runtime.rewards import char_fraction_reward
     from hetrl_cli.runtime.tinymodel import load_causal_lm, load_tokenizer
 
-    torch.set_num_threads(os.cpu_count() or 1)  # what the worker of a one-rank run sets
+    torch.set_num_threads(max(1, int(usable_cores())))  # what the worker of a one-rank run sets
     torch.manual_seed(wl.seed)
     tok = load_tokenizer(model_dir)
     policy, ref = load_causal_lm(model_dir), load_causal_lm(model_dir)

@@ -22,7 +22,8 @@ order, so the machine's noise hits each alike; medians over the steps after `--w
 median of the per-round ratios. Per-phase medians: hetrl's metrics.jsonl `seconds`, the loop's own timers, TRL's
 `_generate_and_score_completions` (generation + reward + reference) and the rest of its step.
 
-    .venv/bin/python bench/run_vs_loop.py [--rounds 5] [--steps 12] [--warmup 2]   # ~8 min on 2 cores
+    .venv/bin/python bench/run_vs_loop.py [--rounds 5] [--steps 12] [--warmup 2] [--cpus 0]   # ~8 min on 2 cores
+    (--cpus 0: every side pinned to core 0, one torch thread each: steadier on a box others load)
     → bench/results/run_vs_loop.json (docs/benchmarks.md quotes it)
 """
 
@@ -130,12 +131,13 @@ def trl_main(work: Path, steps: int) -> None:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from hetrl_cli.profiling.probe import usable_cores
     from hetrl_cli.runtime.datasets import load_records, step_records
     from hetrl_cli.runtime.rewards import char_fraction_reward
     from hetrl_cli.runtime.tinymodel import load_tokenizer
 
     wl = load_workload(work)
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(max(1, int(usable_cores())))  # what hetrl's one-rank worker sets
     records = load_records(wl.dataset.kind, wl.dataset.path, wl.seed)
     ordered = [r for s in range(1, steps + 1) for r in step_records(records, s, wl.prompts_per_step, wl.seed)]
     data = Dataset.from_list([{"prompt": r.prompt, "answer": r.answer} for r in ordered])
@@ -182,9 +184,9 @@ def trl_main(work: Path, steps: int) -> None:
 # ---- the driver ------------------------------------------------------------------------------------------------
 
 
-def hetrl_round(work: Path, steps: int, warmup: int, index: int) -> dict:
+def hetrl_round(pin: list[str], work: Path, steps: int, warmup: int, index: int) -> dict:
     run_dir = work / f"hetrl-{index}"
-    argv = [HETRL, "run", str(work / "plan.json"), "--steps", str(steps), "--run-dir", str(run_dir), "--engine",
+    argv = [*pin, HETRL, "run", str(work / "plan.json"), "--steps", str(steps), "--run-dir", str(run_dir), "--engine",
             "hf", "--plain"]  # fmt: skip
     worker = lambda _proc: int((run_dir / "logs" / "rank-0.pid").read_text())  # noqa: E731 (the one rank)
     stamps, cpu, _ = run_overhead.timed_lines(argv, work, "[rank 0] step ", worker)
@@ -198,9 +200,9 @@ def hetrl_round(work: Path, steps: int, warmup: int, index: int) -> dict:
     }
 
 
-def script_round(python: Path | str, flag: str, work: Path, steps: int, warmup: int) -> dict:
+def script_round(python: list[str], flag: str, work: Path, steps: int, warmup: int) -> dict:
     """The loop (`--loop`) or TRL (`--trl`) in its own process; step lines `step N/M ... phases {...}`."""
-    argv = [str(python), str(Path(__file__).resolve()), flag, "--steps", str(steps), "--work", str(work)]
+    argv = [*python, str(Path(__file__).resolve()), flag, "--steps", str(steps), "--work", str(work)]
     stamps, cpu, output = run_overhead.timed_lines(argv, work, "step ", lambda proc: proc.pid)
     lines = [line for line in output.splitlines() if line.startswith("step ")]
     tokens = [int(line.split()[5]) if flag == "--loop" else int(line.split()[3]) for line in lines]
@@ -210,11 +212,12 @@ def script_round(python: Path | str, flag: str, work: Path, steps: int, warmup: 
 
 
 def run_round(side: str, work: Path, args: argparse.Namespace, index: int) -> dict:
+    pin = ["taskset", "-c", args.cpus] if args.cpus else []
     if side == "hetrl":
-        return hetrl_round(work, args.steps, args.warmup, index)
+        return hetrl_round(pin, work, args.steps, args.warmup, index)
     if side == "loop":
-        return script_round(sys.executable, "--loop", work, args.steps, args.warmup)
-    return script_round(TRL_PYTHON, "--trl", work, args.steps, args.warmup)
+        return script_round([*pin, sys.executable], "--loop", work, args.steps, args.warmup)
+    return script_round([*pin, str(TRL_PYTHON)], "--trl", work, args.steps, args.warmup)
 
 
 def main() -> None:
@@ -224,6 +227,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--no-trl", action="store_true", help="hetrl and the hand loop only")
     parser.add_argument("--out", type=Path, default=OUT, help="where the results go (JSON)")
+    parser.add_argument("--cpus", help="run every side under `taskset -c CPUS` (each then uses that many threads)")
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trl", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -267,6 +271,7 @@ def write_results(args: argparse.Namespace, runs: dict[str, list[dict]], load_be
         phases[side] = {name: _median([ph[name] for r in rs for ph in r["phases"] if name in ph]) for name in names}
     result = {
         "command": "python bench/run_vs_loop.py " + " ".join(sys.argv[1:]),
+        "cpus": args.cpus or "all",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
