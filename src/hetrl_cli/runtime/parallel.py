@@ -15,8 +15,9 @@ kv % tp == 0 and replicated when tp % kv == 0 (ranks that share a KV head sum it
 norms and heads stay whole on every TP rank: outside the parallel regions activations and gradients are
 equal on all of them. Attention reshapes use -1 heads; the GQA group count is set to the local one.
 
-Pipeline parallelism (GPipe): stage s holds layers [lo, hi). Every micro-batch goes forward through all
-stages, then every one goes backward in reverse order; activations and their gradients travel by send/recv
+Pipeline parallelism (1F1B, `pipeline_train`): stage s holds layers [lo, hi). After a warm-up of forwards each
+stage alternates one forward and one backward, so it holds at most S - s micro-batches' activations (inference
+passes are forward-only); activations and their gradients travel by send/recv
 between the ranks of equal TP index in adjacent stages. Every stage collates the same micro-batches from the
 same rollouts itself, so only activations travel and no shapes need to be exchanged.
 
@@ -512,14 +513,31 @@ def pipeline_forward(shard: Shard, batches: list[Any], head_fn: Callable[[Tensor
     return results
 
 
+def _exchange(send: Tensor | None, dst: int | None, recv: Tensor | None, src: int | None) -> Tensor | None:
+    """Send `send` to `dst` and receive into `recv` from `src` as one batch (either may be None): two neighbouring
+    stages that both send before they receive (1F1B's steady state) cannot deadlock, on gloo or NCCL."""
+    ops = []
+    if send is not None:
+        ops.append(dist.P2POp(dist.isend, send, dst))
+    if recv is not None:
+        ops.append(dist.P2POp(dist.irecv, recv, src))
+    if ops:
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+    return recv
+
+
 def pipeline_train(shard: Shard, batches: list[Any], loss_fn: Callable[[Tensor, int], tuple[Tensor, Any]]) -> list[Any]:
-    """Forward and backward of every micro-batch (GPipe): gradients accumulate in the held parameters.
+    """Forward and backward of every micro-batch (1F1B): gradients accumulate in the held parameters.
 
     `loss_fn(logits, i) -> (loss to back-propagate, info)` runs on the last stage; the infos come back
-    there (an empty list elsewhere). With one stage this is the plain micro-batch loop.
+    there (an empty list elsewhere). With one stage this is the plain micro-batch loop. Stage s of S runs
+    min(S - s - 1, m) forwards, then alternates one forward and one backward, then the remaining backwards
+    (Narayanan et al. 2021, PipeDream-Flush): it holds at most min(S - s, m) micro-batches' activations, as the
+    cost model charges (costmodel/memory.py), where GPipe held all m. Backwards run in micro-batch order, so the
+    gradients accumulate in the single-stage loop's order.
     """
     pos = shard.par.pos
-    dtype, device = _param_meta(shard)
     if pos.stages == 1:
         infos = []
         for i, batch in enumerate(batches):
@@ -527,25 +545,54 @@ def pipeline_train(shard: Shard, batches: list[Any], loss_fn: Callable[[Tensor, 
             loss.backward()
             infos.append(info)
         return infos
-    saved: list[tuple[Tensor | None, Tensor]] = []
-    infos = []
-    for i, batch in enumerate(batches):  # 1) every forward, keeping the graphs
-        hidden = None
-        if not pos.first:
-            hidden = _recv(_hidden_shape(shard, batch), dtype, device, pos.prev_rank).requires_grad_()
-        out = shard.forward(batch.input_ids, batch.attention_mask, hidden)
+    return _one_f_one_b(shard, batches, loss_fn)
+
+
+def _one_f_one_b(shard: Shard, batches: list[Any], loss_fn: Callable[[Tensor, int], tuple[Tensor, Any]]) -> list[Any]:
+    """pipeline_train's schedule over S > 1 stages (hand-written over this module's send/recv of activations:
+    torch.distributed.pipelining's schedules want one module per stage and equal micro-batch shapes, while here
+    every stage collates its own micro-batches and splits are uneven)."""
+    pos = shard.par.pos
+    dtype, device = _param_meta(shard)
+    m = len(batches)
+    warmup = min(pos.stages - pos.stage - 1, m)
+    infos: list[Any] = []
+    saved: list[tuple[Tensor | None, Tensor]] = []  # micro-batches forwarded and not yet backwarded, oldest first
+
+    def buffer(i: int) -> Tensor:
+        return torch.empty(_hidden_shape(shard, batches[i]), dtype=dtype, device=device)
+
+    def forward(i: int, hidden: Tensor | None) -> Tensor | None:
+        out = shard.forward(batches[i].input_ids, batches[i].attention_mask, hidden)
         if pos.last:
             out, info = loss_fn(out, i)
             infos.append(info)
-        else:
-            dist.send(out.detach().contiguous(), dst=pos.next_rank)
         saved.append((hidden, out))
-    for i in reversed(range(len(batches))):  # 2) every backward, last micro-batch first
-        hidden, out = saved[i]
+        return None if pos.last else out.detach().contiguous()
+
+    def backward(grad: Tensor | None) -> Tensor | None:
+        hidden, out = saved.pop(0)
         if pos.last:
             out.backward()
         else:
-            out.backward(_recv(tuple(out.shape), out.dtype, out.device, pos.next_rank))
-        if hidden is not None:
-            dist.send(hidden.grad.contiguous(), dst=pos.prev_rank)
+            out.backward(grad)
+        return None if hidden is None else hidden.grad.contiguous()
+
+    def recv_forward(i: int) -> Tensor | None:
+        return None if pos.first else _exchange(None, None, buffer(i), pos.prev_rank).requires_grad_()
+
+    for i in range(warmup):
+        _exchange(forward(i, recv_forward(i)), pos.next_rank, None, None)
+    hidden = recv_forward(warmup) if warmup < m else None
+    for i in range(warmup, m):  # steady state: forward i, backward i - warmup
+        out = forward(i, hidden)
+        grad = _exchange(out, pos.next_rank, None if pos.last else buffer(i - warmup), pos.next_rank)
+        grad_in = backward(grad)
+        more = i + 1 < m and not pos.first
+        hidden = _exchange(grad_in, pos.prev_rank, buffer(i + 1) if more else None, pos.prev_rank)
+        if more:
+            hidden.requires_grad_()
+    for j in range(m - warmup, m):  # cool-down: the remaining backwards
+        grad = _exchange(None, None, None if pos.last else buffer(j), pos.next_rank)
+        _exchange(backward(grad), pos.prev_rank, None, None)
     return infos
