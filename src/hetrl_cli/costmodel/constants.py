@@ -54,10 +54,13 @@ the per-task overhead that calibration fits carries it there; this floor applies
 EAGER_DISPATCH_S_PER_LAYER_TRAIN = 4.5e-3
 """As EAGER_DISPATCH_S_PER_LAYER_FORWARD for a training micro-batch's forward + backward under autocast
 (4.4–5.8 ms per layer measured there); actor_train's old-log-prob forward counts as a third of it."""
-MIXED_PRECISION_BYTES_PER_PARAM = 24
-"""Per parameter and training micro-batch with fp32 master weights under bf16/fp16 autocast (PyTorch AMP,
-FSDP mixed precision): the forward casts each weight (read 4, write 2), backward casts its gradient back
-(read 2, write 4) and accumulates it into the fp32 gradient (read 4 + 4, write 4)."""
+GRAD_ACCUMULATION_PASSES = 3
+"""Per parameter and training micro-batch, in units of the gradient's bytes (the workload's precision): autograd
+adds each micro-batch's weight gradient into the held one in place (read both, write the sum). The runtime
+computes in the workload's dtype (runtime/precision.py: no autocast, so no weight or gradient casts per
+micro-batch; the fp32 master copy is in the optimizer step's traffic): bf16 6 B, fp32 12 B per parameter
+(charged on every micro-batch, also the first, whose gradient autograd keeps as it is: an over-count of one
+micro-batch in m). Was MIXED_PRECISION_BYTES_PER_PARAM 24 B of autocast casts + fp32 accumulation (bf16 only)."""
 PREFILL_MFU = 0.50
 """Prompt processing in the rollout engine: one large matmul-bound forward; a whole-pass figure (its
 non-matmul work is not charged separately; on the H200 its kernels took 43 ms where this predicts 30)."""
@@ -96,6 +99,17 @@ KV_FOOTPRINT = "prompt + mean response"
 mean response (the time-average is prompt + half the response; the extra half covers length variance and
 block fragmentation)."""
 
+# ---- the hf rollout engine (runtime/engines/hf.py) ----------------------------------------------------------
+HF_NOISE_BYTES = 32 * 2**20
+"""The hf engine's sampling noise drawn at once per batch (engines/hf.NOISE_BYTES; tests/costmodel pins them
+equal): a window of tokens, one token's worth for a 150k vocabulary and 64 rows, not the whole response."""
+HF_NOISE_LIVE_COPIES = 4
+"""Windows of noise alive while one is drawn: the uniform draw and two steps of its clamp and -log(-log) chain
+(each op makes a new tensor), and the previous window, freed only when the new one is assigned."""
+HF_STEP_LOGITS_FP32_COPIES = 3
+"""fp32 [batch, vocab] tensors of one decoding step: transformers' fp32 copy of the last position's logits, the
+sampler's clone and its noisy scores (engines/hf._SeededGumbel), next to the head's output in the workload's dtype."""
+
 # ---- memory -------------------------------------------------------------------------------------------------
 USABLE_MEMORY_FRACTION = 0.92
 """What training and inference may allocate: the CUDA context (~0.5 GB) and caching-allocator fragmentation
@@ -103,21 +117,33 @@ USABLE_MEMORY_FRACTION = 0.92
 LOGITS_TRAFFIC_BYTES_PER_RESPONSE_ENTRY = 16
 """HBM bytes per vocabulary entry of a response token after the logits are written (act bytes per entry for
 every token): the fp32 copy log-softmax takes (write 4), its max/sum passes and output (read 8, write 4)."""
-LOGITS_BYTES_PER_ENTRY = 6
-"""Per vocabulary entry per token on the last stage: bf16 logits (2) + the fp32 log-softmax kept for
-backward (4). The largest single activation for 150k-token vocabularies."""
-TRAIN_LOGITS_BYTES_PER_ENTRY = 4
-"""Training, per vocabulary entry of every token of a micro-batch: the bf16 logits (2) and, in backward,
-their gradient (2)."""
-TRAIN_LOGITS_BYTES_PER_RESPONSE_ENTRY = 14
-"""Training, per vocabulary entry of a response token on top: the fp32 copy log-softmax takes (4), its output
-kept for backward (4), that output's gradient (4) and the copy's bf16 gradient (2). With the line above: 11 B
-per entry at half response tokens, against LOGITS_BYTES_PER_ENTRY's 6 for a forward alone; with 6 the H200
-training peaks came out 15–30 % low (docs/benchmarks.md, "Cost-model single-GPU terms")."""
-AUTOCAST_WEIGHT_COPY_BYTES_PER_PARAM = 2
-"""Mixed-precision training under autocast keeps fp32 weights and gradients and a bf16 copy of each weight
-from the forward to the backward: 18 B per parameter with Adam, 2 more than the 16 of bf16 weights and
-gradients + fp32 master and moments that the model states count."""
+LOGPROB_CHUNK_BYTES = 64 * 2**20
+"""The runtime's token log-probs (runtime/logprobs.py, CHUNK_LOGITS_BYTES; tests/costmodel pins them equal): the
+LM head runs on the response positions only, max(1, LOGPROB_CHUNK_BYTES // (4 · vocab)) tokens at a time (110 of a
+152k vocabulary), on the whole vocabulary on every TP rank (the head is not TP-split: runtime/parallel.py), so a
+task holds one chunk's [tokens, vocab] logits, never a micro-batch's."""
+LOGPROB_CHUNK_FORWARD_BYTES_PER_ENTRY = 8
+"""Without gradients (old log-probs, reference): the chunk's fp32 logits (4; a bf16 head's output is freed once
+cast) and their log-softmax (4). Measured on this CPU: 8.0 B per entry, fp32 and bf16 (a [110, 151936] chunk)."""
+LOGPROB_CHUNK_TRAIN_BYTES_PER_ENTRY: dict[str, int] = {"fp32": 20, "bf16": 25, "fp16": 25}
+"""With gradients: the chunk runs under activation checkpointing, so its backward recomputes the logits and holds
+the fp32 log-softmax output, the gradient scattered from the gather, log-softmax's input gradient and the logits
+(5 × 4 B), and in bf16/fp16 also the head's output and the gradient cast back to it. Measured on this CPU (RSS
+high-water mark over one micro-batch's response_logprobs forward + backward, a [110, 151936] chunk): 19.9 B per
+entry in fp32, 24.5 in bf16. Was TRAIN_LOGITS_BYTES_PER_ENTRY 4 + response share × 14 over every token of a
+micro-batch (the full logits under autocast), which the runtime does not hold."""
+EAGER_ACTIVATION_FACTOR = 1.25
+"""The runtime's HF eager decoder layers save more for backward than activation_bytes_per_token_layer's fused-kernel
+count: two tensors per RMSNorm (input and normalised output; four norms a layer with Qwen3's q/k norms), the
+rotary products and SDPA's outputs. Counted with torch.autograd.graph.saved_tensors_hooks over one training forward
+(unique storages, parameters excluded): 14,775 B per token and layer against 11,776 counted (1.255, Qwen3 fp32,
+hidden 128) and 11,906 against 9,472 (1.257, Llama bf16, hidden 256)."""
+OPTIMIZER_STEP_TEMP_BYTES_PER_PARAM = 4
+"""Per parameter the step holds next to the model states, each: in mixed precision the fp32 copies of the gradients
+(sharding.with_master_weights converts them all before torch's step), and with Adam/AdamW torch's multi-tensor step's
+√v temporaries (`_foreach_sqrt`). Plus one fp32 temporary the size of the largest tensor (a per-tensor op of the
+multi-tensor step). Measured on this CPU (70.2M bf16 parameters, AdamW with masters): 9.6 B per parameter, 8 + the
+largest tensor's 1.9."""
 ZERO3_GATHERED_LAYERS = 1
 """ZeRO-3 as the runtime executes it (runtime/zero3.py) gathers one decoder layer at a time, no prefetch: during
 its backward that layer's full weights, its full gradients and their flat copy for the reduce-scatter coexist."""

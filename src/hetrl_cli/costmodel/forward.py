@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from hetrl_cli.artifacts.rl import HEAD, TRAIN_TASKS, TaskName
 from hetrl_cli.costmodel import constants as C
-from hetrl_cli.costmodel.architectures import ArchSpec
+from hetrl_cli.costmodel.architectures import DTYPE_BYTES, ArchSpec
 from hetrl_cli.costmodel.comm import LinkInfo, allreduce_s, p2p_s
 from hetrl_cli.costmodel.devices import Cluster, Stage
 from hetrl_cli.costmodel.memo import Memo
@@ -44,8 +44,8 @@ class FwdConsts(NamedTuple):
     passes: tuple[float, float, float]
     """Passes of (compute and bubble, TP all-reduces, stage sends) in units of one task pass."""
     dispatch_s_per_layer: float
-    mixed_bytes_per_param: int
-    """Mixed-precision casts and gradient accumulation per parameter and micro-batch pass (0 without)."""
+    accumulate_bytes_per_param: int
+    """Gradient accumulation per parameter and training micro-batch pass (0 for inference)."""
 
 
 class StageRow(NamedTuple):
@@ -65,7 +65,7 @@ class StageRow(NamedTuple):
     memory_s_per_token: float
     """Memory-bound traffic seconds per token and pass."""
     memory_fixed_s: float
-    """Per micro-batch pass: mixed-precision casts and gradient accumulation over the stage's parameters."""
+    """Per micro-batch pass: the gradient accumulation over the stage's parameters (training)."""
     host_floor_s: float
     """The host's eager dispatch time per pass (0 where the device does not wait for launches)."""
 
@@ -194,22 +194,22 @@ class Forward:
             mult = train_multiple(w.recompute)
             mfu = C.TRAIN_MATMUL_EFFICIENCY
             dispatch = C.EAGER_DISPATCH_S_PER_LAYER_TRAIN
-            mixed = 0 if w.precision == "fp32" else C.MIXED_PRECISION_BYTES_PER_PARAM
+            accumulate = C.GRAD_ACCUMULATION_PASSES * DTYPE_BYTES[w.precision]  # no autocast casts
             n_ar = 4 + (2 if w.recompute else 0)  # Megatron TP: 2 all-reduces fwd, 2 bwd (+2 recomputed fwd)
             n_p2p = 2  # activation forward, its gradient backward
         else:
             mult, mfu, n_ar, n_p2p = 1.0, C.INFERENCE_MATMUL_EFFICIENCY, 2, 1
-            dispatch, mixed = C.EAGER_DISPATCH_S_PER_LAYER_FORWARD, 0
+            dispatch, accumulate = C.EAGER_DISPATCH_S_PER_LAYER_FORWARD, 0
         # passes of (compute and bubble, TP all-reduces, stage sends), in units of one training (inference) pass;
         # actor_train first runs one forward of its batch on the training layout for the old log-probs
         passes = (epochs, epochs, epochs)
         if task == "actor_train":
             passes = (epochs + 1 / mult, epochs + 2 / n_ar, epochs + 1 / n_p2p)
-        return FwdConsts(arch, HEAD[task], ctx, mult, mfu, n_ar, n_p2p, passes, dispatch, mixed)
+        return FwdConsts(arch, HEAD[task], ctx, mult, mfu, n_ar, n_p2p, passes, dispatch, accumulate)
 
     def row(self, stages: Sequence[Stage], p: int, layers: int, consts: FwdConsts) -> StageRow:
         """Stage p's timing inputs with `layers` layers: they depend on nothing else of the split."""
-        arch, head, ctx, _mult, mfu, n_ar, n_p2p, _passes, dispatch, mixed = consts
+        arch, head, ctx, _mult, mfu, n_ar, n_p2p, _passes, dispatch, accumulate = consts
         st = stages[p]
         last = p == len(stages) - 1
         act = self.step.act_bytes
@@ -230,7 +230,7 @@ class Forward:
             n_p2p,
             None if last else self.cluster.stage_link(st, stages[p + 1]),
             traffic / mem_Bps,
-            params / st.tp * mixed / mem_Bps,
+            params / st.tp * accumulate / mem_Bps,
             layers * dispatch if st.launches else 0.0,
         )
         return _new(StageRow, fields)

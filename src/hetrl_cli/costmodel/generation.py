@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from hetrl_cli.costmodel import constants as C
-from hetrl_cli.costmodel.architectures import DTYPE_BYTES
+from hetrl_cli.costmodel.architectures import DTYPE_BYTES, ArchSpec
 from hetrl_cli.costmodel.comm import LinkInfo, allreduce_s, p2p_s
 from hetrl_cli.costmodel.devices import Cluster, Stage
 from hetrl_cli.costmodel.memo import Memo
@@ -233,3 +233,26 @@ class Generation:
             kv_dev.append(kvd)
             work_dev.append(work)
         return weights_dev, kv_dev, work_dev, cap, mem_violation
+
+
+def hf_engine_bytes(arch: ArchSpec, precision: str, sequences: int, prompt_tokens: int, new_tokens: int,
+                    tp: int = 1) -> float:  # fmt: skip
+    """Peak bytes of the hf engine (runtime/engines/hf.py) generating `new_tokens` for `sequences` prompts of
+    `prompt_tokens` on one TP rank: its weights in the workload's precision, the KV cache of every sequence at its
+    full length (transformers' DynamicCache grows by concatenation, so one layer's cache is briefly held twice),
+    one decoding step's logits (the head's output + HF_STEP_LOGITS_FP32_COPIES fp32 copies) and the sampling
+    noise's windows (HF_NOISE_LIVE_COPIES 4 × at most HF_NOISE_BYTES, or the whole response when that is less).
+    The head is whole on every TP rank (runtime/parallel.py); the layers are TP-sliced. Unlike vLLM, which claims
+    GEN_MEMORY_UTILIZATION of the device, the hf engine allocates what it uses: tests/runtime/test_precision.py
+    measures it (150k vocabulary, 16 sequences, 512 new tokens)."""
+    wb = DTYPE_BYTES[precision]
+    whole = arch.embedding_params + arch.head_params("lm") + arch.hidden_size  # embedding, head, final norm
+    weights = ((arch.param_count("lm") - whole) / tp + whole) * wb
+    kv_heads = max(1, math.ceil(arch.num_kv_heads / tp))
+    kv_token_layer = 2 * kv_heads * arch.head_dim * wb
+    length = prompt_tokens + new_tokens
+    kv = sequences * length * kv_token_layer * (arch.num_layers + 1)
+    row = sequences * arch.vocab_size
+    logits = row * (wb + 4 * C.HF_STEP_LOGITS_FP32_COPIES)
+    noise = C.HF_NOISE_LIVE_COPIES * min(max(C.HF_NOISE_BYTES, 4 * row), 4 * row * new_tokens)
+    return weights + kv + logits + noise

@@ -135,7 +135,7 @@ def stage_memory(
         load_s = params_dev * wb / C.HOST_DEVICE_Bps
     work = mb_tok_max * arch.activation_bytes_per_token_layer(st.tp, False)
     last = p == len(stages) - 1
-    logits = mb_tok_max * arch.vocab_size / st.tp * C.LOGITS_BYTES_PER_ENTRY if last and head == "lm" else 0
+    logits = logprob_chunk_bytes(w, arch.vocab_size, train=False) if last and head == "lm" else 0.0
     return wts + work + logits, "activations" if shares_trainer else "weights + activations", load_s
 
 
@@ -148,6 +148,32 @@ def train_state_bytes(workload: Workload, params: float, dp: int) -> tuple[float
     grads = params * grad_bytes_per_param(workload) / (dp if zero in ("zero2", "zero3") else 1)
     opt = params * optimizer_bytes_per_param(workload) / (dp if zero != "none" else 1)
     return weights, grads, opt
+
+
+def logprob_chunk_bytes(workload: Workload, vocab: int, train: bool) -> float:
+    """Peak bytes of the runtime's token log-probs (runtime/logprobs.py): one chunk of at most LOGPROB_CHUNK_BYTES
+    of fp32 logits over the whole vocabulary (the head is whole on every TP rank), of a micro-batch's response
+    tokens at most, with what its forward (no gradients) or its checkpointed backward holds per entry."""
+    chunk = max(1, C.LOGPROB_CHUNK_BYTES // (4 * vocab))
+    tokens = min(chunk, workload.micro_batch * workload.max_response_tokens)
+    per_entry = C.LOGPROB_CHUNK_FORWARD_BYTES_PER_ENTRY
+    if train:
+        per_entry = C.LOGPROB_CHUNK_TRAIN_BYTES_PER_ENTRY[workload.precision]
+    return float(tokens * vocab * per_entry)
+
+
+def optimizer_step_temp_bytes(workload: Workload, opt_bytes: float, arch: ArchSpec, p: int, pp: int, tp: int) -> float:
+    """What the optimizer step holds besides the model states (constants.OPTIMIZER_STEP_TEMP_BYTES_PER_PARAM): per
+    parameter it steps (`opt_bytes` / the optimizer's bytes per parameter: ZeRO-sharded as its state), fp32
+    gradient copies in mixed precision and Adam's √v temporaries, and one fp32 temporary of the largest tensor (the
+    embedding or head on the first and last stage, whole on every TP rank; else an MLP matrix)."""
+    per_param = optimizer_bytes_per_param(workload)
+    if per_param == 0 and workload.precision == "fp32":
+        return 0.0
+    kinds = (workload.precision != "fp32") + (workload.optimizer in ("adam", "adamw"))
+    stepped = opt_bytes / per_param if per_param else 0.0
+    largest = arch.vocab_size * arch.hidden_size if p in (0, pp - 1) else arch.intermediate_size * arch.hidden_size / tp
+    return stepped * kinds * C.OPTIMIZER_STEP_TEMP_BYTES_PER_PARAM + 4.0 * largest
 
 
 def zero3_gathered_bytes(workload: Workload, arch: ArchSpec, root_params: float, tp: int) -> float:
@@ -172,26 +198,24 @@ def train_stage_bytes(
     mb_tok_max: float,
     dp: int,
 ) -> tuple[float, str]:
-    """Peak bytes on a training stage's device: model states (ZeRO-sharded) + 1F1B activations + logits."""
+    """Peak bytes on a training stage's device: model states (ZeRO-sharded, no autocast copies: the runtime
+    computes in the workload's dtype) + 1F1B activations + one chunk of log-prob logits."""
     w = step.workload
     pp = len(split)
     zero = w.sharding if dp > 1 else "none"
     weights, grads, opt = train_state_bytes(w, params_dev, dp)
-    in_flight = min(pp - p, m)  # 1F1B: stage p holds pp − p micro-batches' activations
-    acts = in_flight * mb_tok_max * split[p] * arch.activation_bytes_per_token_layer(st.tp, w.recompute)
+    in_flight = min(pp - p, m)  # 1F1B (parallel.pipeline_train): stage p holds pp − p micro-batches' activations
+    scale = DTYPE_BYTES[w.precision] / 2 * C.EAGER_ACTIVATION_FACTOR  # counted 16-bit; the runtime computes in w
+    per_token = arch.activation_bytes_per_token_layer(st.tp, w.recompute) * scale
+    acts = in_flight * mb_tok_max * split[p] * per_token
     if w.recompute:  # one layer's full activations while it is recomputed
-        acts += mb_tok_max * arch.activation_bytes_per_token_layer(st.tp, False)
-    logits = 0.0
-    if p == pp - 1 and head == "lm":
-        response_share = w.max_response_tokens / step.seq_max
-        per_entry = C.TRAIN_LOGITS_BYTES_PER_ENTRY + response_share * C.TRAIN_LOGITS_BYTES_PER_RESPONSE_ENTRY
-        logits = mb_tok_max * arch.vocab_size / st.tp * per_entry
-    if w.precision != "fp32" and zero != "zero3":  # under ZeRO-3 only the gathered layers are cast (gather)
-        weights += params_dev * C.AUTOCAST_WEIGHT_COPY_BYTES_PER_PARAM
+        acts += mb_tok_max * arch.activation_bytes_per_token_layer(st.tp, False) * scale
+    logits = logprob_chunk_bytes(w, arch.vocab_size, train=True) if p == pp - 1 and head == "lm" else 0.0
     gather = 0.0
     if zero == "zero3":
         gather = zero3_gathered_bytes(w, arch, params_dev - split[p] * arch.layer_params / st.tp, st.tp)
-    total = weights + grads + opt + acts + logits + gather
+    step = optimizer_step_temp_bytes(w, opt, arch, p, pp, st.tp)
+    total = weights + grads + opt + max(acts + logits + gather, step)  # the step runs after the backward
     what = "weights+grads+optimizer+activations"
     if opt >= 0.5 * total:
         what = "weights+grads+optimizer (mostly optimizer state)"
