@@ -137,7 +137,7 @@ def _equality_worker(rank: int, port: int, layout: str, dtype_name: str, out: st
     world = sum(len(stage) for stage in LAYOUTS[layout][0])
     _init(rank, port, world)
     checked = []
-    for bucket in (1000, gather.WIRE_BUCKET_BYTES):  # 1000: most pieces cut across buckets
+    for bucket in (1000, 16 << 20):  # 1000: most pieces cut across buckets
         gather.GATHER_BUCKET_BYTES = bucket
         for tied in (False, True):
             shard, optimizer = _shard(layout, rank, dtype, tied)

@@ -5,7 +5,7 @@ Until now every member pickled its pieces through `gather_object`/`all_gather_ob
 leader held every member's whole part unpickled before assembling it: the model twice. Here:
 
 - metadata is an int32 table, one row per piece: (name number in the full model's order, TP rank, optimizer key
-  number or -1, dtype number, ndim, dims): all-gathered with wire.ragged_all_gather, no object collective;
+  number or -1, dtype number, ndim, dims): all-gathered with `ragged_all_gather` (wire.py's too), no object collective;
 - values move per dtype in their own dtype (weights in the workload's precision, masters and moments fp32),
   packed piece after piece into buckets of at most `GATHER_BUCKET_BYTES` on the members' device (NCCL on CUDA
   ranks, gloo on CPU ranks), never a whole flat copy of a member's part;
@@ -26,13 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hetrl_cli.runtime.wire import WIRE_BUCKET_BYTES, ragged_all_gather
-
 if TYPE_CHECKING:
     from torch import Tensor
 
-GATHER_BUCKET_BYTES = WIRE_BUCKET_BYTES
-"""Values move in sends (or all-gathers, per member) of at most this many bytes."""
+GATHER_BUCKET_BYTES = 16 << 20
+"""Values move in sends (or all-gathers, per member) of at most this many bytes (wire.WIRE_BUCKET_BYTES too)."""
 MAX_DIMS = 8
 DTYPE_NAMES = ("float32", "bfloat16", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
 OBJECT = len(DTYPE_NAMES)
@@ -45,6 +43,40 @@ Piece = tuple[int, int, int, "Tensor"]
 """(name number, TP rank, key number or -1, tensor): one piece a member contributes."""
 Sink = Callable[[int, int, "Tensor"], None]
 """sink(member, row, piece): a complete piece, as a view that is only valid during the call."""
+
+
+def ragged_all_gather(
+    table: Tensor, values: Tensor, group: Any, size: int, device: str = "cpu", bucket_bytes: int = GATHER_BUCKET_BYTES
+) -> list[tuple[Tensor, Tensor]]:
+    """Every member's (table [rows, C] int32, values [n]) on every member, in group-rank order, on the CPU.
+
+    Members may hold different row and value counts (none at all too); tables and values are padded to the
+    longest for the all-gathers and cut back afterwards."""
+    import torch
+    import torch.distributed as dist
+
+    if size == 1:
+        return [(table, values)]
+    counts = torch.tensor([table.shape[0], values.numel()], dtype=torch.int64, device=device)
+    all_counts = [torch.empty_like(counts) for _ in range(size)]
+    dist.all_gather(all_counts, counts, group=group)
+    rows, lengths = zip(*(tuple(int(x) for x in c.tolist()) for c in all_counts), strict=True)
+    padded = torch.zeros((max(1, *rows), table.shape[1]), dtype=torch.int32, device=device)  # gloo: never empty
+    padded[: table.shape[0]] = table.to(device=device, dtype=torch.int32)
+    tables = [torch.empty_like(padded) for _ in range(size)]
+    dist.all_gather(tables, padded, group=group)
+    longest = max(1, *lengths)
+    flat = torch.zeros(longest, dtype=values.dtype, device=device)
+    flat[: values.numel()] = values.to(device)
+    received = [torch.empty(longest, dtype=values.dtype) for _ in range(size)]
+    step = max(1, bucket_bytes // flat.element_size())
+    for start in range(0, longest, step):
+        chunk = flat[start : start + step]
+        parts = [torch.empty_like(chunk) for _ in range(size)]
+        dist.all_gather(parts, chunk, group=group)
+        for out, part in zip(received, parts, strict=True):
+            out[start : start + step].copy_(part)
+    return [(t[:r].cpu(), v[:n]) for t, v, r, n in zip(tables, received, rows, lengths, strict=True)]
 
 
 def _dtypes() -> list[Any]:

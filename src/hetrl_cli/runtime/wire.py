@@ -25,6 +25,8 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING, Any
 
+from hetrl_cli.runtime.gather import ragged_all_gather  # in gather.py: full weights use it too, without a cycle
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -35,40 +37,6 @@ WIRE_BUCKET_BYTES = 16 << 20
 FIELDS = ("score", "ref_logp", "old_logp", "values")
 """Experience fields, by their number on the wire; `score` is one number per sequence, the others per token."""
 SCALARS = frozenset({"score"})
-
-
-def ragged_all_gather(
-    table: Tensor, values: Tensor, group: Any, size: int, device: str = "cpu", bucket_bytes: int = WIRE_BUCKET_BYTES
-) -> list[tuple[Tensor, Tensor]]:
-    """Every member's (table [rows, C] int32, values [n]) on every member, in group-rank order, on the CPU.
-
-    Members may hold different row and value counts (none at all too); tables and values are padded to the
-    longest for the all-gathers and cut back afterwards."""
-    import torch
-    import torch.distributed as dist
-
-    if size == 1:
-        return [(table, values)]
-    counts = torch.tensor([table.shape[0], values.numel()], dtype=torch.int64, device=device)
-    all_counts = [torch.empty_like(counts) for _ in range(size)]
-    dist.all_gather(all_counts, counts, group=group)
-    rows, lengths = zip(*(tuple(int(x) for x in c.tolist()) for c in all_counts), strict=True)
-    padded = torch.zeros((max(1, *rows), table.shape[1]), dtype=torch.int32, device=device)  # gloo: never empty
-    padded[: table.shape[0]] = table.to(device=device, dtype=torch.int32)
-    tables = [torch.empty_like(padded) for _ in range(size)]
-    dist.all_gather(tables, padded, group=group)
-    longest = max(1, *lengths)
-    flat = torch.zeros(longest, dtype=values.dtype, device=device)
-    flat[: values.numel()] = values.to(device)
-    received = [torch.empty(longest, dtype=values.dtype) for _ in range(size)]
-    step = max(1, bucket_bytes // flat.element_size())
-    for start in range(0, longest, step):
-        chunk = flat[start : start + step]
-        parts = [torch.empty_like(chunk) for _ in range(size)]
-        dist.all_gather(parts, chunk, group=group)
-        for out, part in zip(received, parts, strict=True):
-            out[start : start + step].copy_(part)
-    return [(t[:r].cpu(), v[:n]) for t, v, r, n in zip(tables, received, rows, lengths, strict=True)]
 
 
 def pack_rollouts(rollouts: list[Rollout]) -> tuple[Tensor, Tensor]:
