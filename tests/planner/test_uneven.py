@@ -110,12 +110,13 @@ def test_the_ilp_is_never_worse_than_the_hybrid_it_starts_from(uneven_ilp):
 @pytest.mark.slow
 def test_the_ilp_under_15_s_is_at_least_the_hybrids_plan(uneven_ilp):
     """The issue's case: `--solver ilp --budget 15s` returned 'feasible' with a plan worse than the hybrid's
-    at 3 s (here before: 53.7 s/it against 39.4). The hybrid it starts from is fixed by --max-evals, so the
-    comparison does not depend on the machine's speed."""
+    at 3 s (here before: 53.7 s/it against 39.4, in the cost model's units of that day; its refits since moved every
+    prediction, so the check is against the hybrid, unit-free). The hybrid it starts from is fixed by --max-evals,
+    so the comparison does not depend on the machine's speed; the plan carries a certified bound below it."""
     hybrid = make_plan(uneven_ilp, ppo_async(), solver="hybrid", budget_s=600, max_evals=256, seed=0)
     ilp = make_plan(uneven_ilp, ppo_async(), solver="ilp", budget_s=15, max_evals=256, seed=0)
     assert ilp.solver.objective <= hybrid.solver.objective * (1 + 1e-9)
-    assert ilp.solver.objective < 53.7
+    assert ilp.solver.bound is not None and 0 < ilp.solver.bound <= ilp.solver.objective
 
 
 def test_without_baselines_the_hybrid_searches_on_until_it_has_a_plan(uneven):
