@@ -129,7 +129,8 @@ class Workload(Artifact):
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     """Optimizer of the training tasks. Plan: optimizer state bytes (Adam: two moments) and step traffic."""
     sharding: Literal["none", "zero1", "zero2", "zero3"] = "none"
-    """Optimizer/gradient/parameter sharding across DP replicas (zero3 = FSDP full shard)."""
+    """Optimizer/gradient/parameter sharding across DP replicas of a training task (zero1: optimizer state, zero2:
+    + gradients, zero3: + parameters, gathered a layer at a time; docs/run.md)."""
     recompute: bool = False
     """Activation recomputation in training (less memory, ~1/3 more compute)."""
     ppo_epochs: int = Field(default=1, gt=0)
