@@ -30,23 +30,13 @@ from hetrl_cli.errors import BadInput, HetrlError
 from hetrl_cli.runtime import checkpoint as ck
 from hetrl_cli.runtime.layout import ReplicaLayout, TaskLayout
 from hetrl_cli.runtime.local import free_port
-from hetrl_cli.runtime.roles import Actor, Rollout, pad_rows
+from hetrl_cli.runtime.roles import Actor, pad_rows
 from hetrl_cli.runtime.rundir import RunDir, read_sealed_json, sealed_json
 
 from .plans import D0, D1, GRPO_TASKS, disaggregated, hand_plan, on, replica, tiny_workload
+from .test_distributed import _batch
 
 ADAM = RLSpec(lr=1e-2, grad_clip=1e9, kl_coef=0.05)
-
-
-def _batch() -> tuple[list[Rollout], torch.Tensor]:
-    """8 sequences of different lengths and fixed advantages (as test_distributed's)."""
-    g = torch.Generator().manual_seed(0)
-    rollouts = []
-    for i in range(8):
-        prompt = torch.randint(4, 384, (3 + i % 3,), generator=g).tolist()
-        response = torch.randint(4, 384, (2 + (i * 5) % 7,), generator=g).tolist()
-        rollouts.append(Rollout(i, tuple(prompt), tuple(response)))
-    return rollouts, torch.randn(8, 1, generator=g)
 
 
 def _update(actor: Actor, lo: int = 0, hi: int = 8, dp=(None, 1)) -> dict[str, float]:
