@@ -152,6 +152,11 @@ from transformers import AutoConfig, AutoModelForCausalLM, Qwen3ForCausalLM  # c
 
 model_dir, how, dtype, stage, tp_rank = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 par = Parallel(Position(replica=0, stage=stage, tp_rank=tp_rank, tp=2, split=(4, 4)))
+# a warm-up load of a tiny model of the same family touches the libraries' pages before the baseline, so the growth
+# measured below is the rank's tensors and modules, not code first paged in (17 MiB of it on a CI machine)
+warm = load_shard(sys.argv[6], Parallel(Position(replica=0, stage=0, tp_rank=0, tp=2, split=(2, 2))), "cpu", dtype,
+                  trained=True)
+del warm
 
 def rss():
     return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) * 1024
@@ -173,7 +178,11 @@ print(json.dumps({"base": base, "steady": rss(), "peak": tracking.rss_high_water
 
 
 def _measure(model_dir: Path, how: str, dtype: str, stage: int, tp_rank: int) -> dict[str, int]:
-    out = subprocess.run([sys.executable, "-c", _MEASURE, str(model_dir), how, dtype, str(stage), str(tp_rank)],
+    tiny = model_dir.parent / "warm-up"
+    if not tiny.exists():
+        _save(tiny, "qwen3", False)
+    argv = [str(model_dir), how, dtype, str(stage), str(tp_rank), str(tiny)]
+    out = subprocess.run([sys.executable, "-c", _MEASURE, *argv],
                          capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -191,8 +200,9 @@ def test_peak_memory_while_loading_stays_within_1_2x_the_steady_state(tmp_path: 
         steady, peak = new["steady"] - new["base"], new["peak"] - new["base"]
         where = f"{dtype} stage {stage} tp {tp_rank}: peak {peak / mib:.1f} MiB, steady {steady / mib:.1f} MiB"
         assert peak <= 1.2 * steady, where
-        # the growth is the rank's tensors plus module objects, library pages first touched and freed heap
-        assert new["held"] <= steady <= 1.3 * new["held"], f"{where}, held {new['held'] / mib:.1f} MiB"
+        # the growth is the rank's tensors plus module objects and freed heap, far below a hidden whole model (3x held
+        # for stage 0's quarter plus the embedding): a loose upper bound, as allocator behaviour differs per machine
+        assert new["held"] <= steady <= 1.5 * new["held"], f"{where}, held {new['held'] / mib:.1f} MiB"
         old = _measure(model_dir, "whole", dtype, stage, tp_rank)
         assert old["peak"] - old["base"] > 1.2 * steady, f"{where}; whole: {(old['peak'] - old['base']) / mib:.1f}"
         print(
