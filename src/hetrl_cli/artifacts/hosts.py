@@ -1,5 +1,7 @@
 """hosts.txt: one host a line, `[user@]host[:port] [slots=N] [key=value ...]`, `#` comments.
 
+Keys: slots, region, gpus, python, identity, price (US dollars per device-hour, over the catalog's).
+
 DeepSpeed hostfile lines (`worker-1 slots=8`) parse as they are. Everything here is untrusted input that
 later becomes SSH targets and command arguments, so each field is checked against a narrow character set
 and rejected with `file:line` when it carries anything a shell could interpret.
@@ -11,6 +13,7 @@ and rejected with `file:line` when it carries anything a shell could interpret.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from pathlib import Path
 
@@ -26,6 +29,8 @@ _REGION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _PATH = re.compile(r"^~?[A-Za-z0-9._/+-]{1,1024}$")
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 KNOWN_KEYS = ("slots", "region", "gpus", "python", "identity")
+"""The keys an unknown-key error lists (how to reach and use a host); `price=` is accepted too (a price, not a
+connection setting: tests pin this message)."""
 DEFAULT_SSH_PORT = 22
 
 
@@ -50,6 +55,9 @@ class HostEntry(Strict):
     """Interpreter on that host that has hetrl installed."""
     identity: str | None = None
     """Private key file for SSH to this host."""
+    price: float | None = None
+    """US dollars per device-hour on this host (`price=2.5`): the profile's price for its devices, over the
+    catalog's list price for the probed GPU; None = the catalog's, where it has one."""
     source: str = Field(default="", exclude=True)
     """`file:line` this entry came from, for error messages."""
 
@@ -155,6 +163,14 @@ def _parse_option(key: str, value: str, where: str) -> tuple[str, object]:
         if len(set(indices)) != len(indices):
             raise BadInput(f"{where}: gpus={value!r}: an index is listed twice")
         return key, indices
+    if key == "price":
+        try:
+            price = float(value)
+        except ValueError:
+            price = math.nan
+        if not math.isfinite(price) or price < 0:
+            raise BadInput(f"{where}: price={value!r}: expected US dollars per device-hour, e.g. price=2.5")
+        return key, price
     if key in ("python", "identity"):
         if not _PATH.match(value) or ".." in value.split("/"):
             raise BadInput(

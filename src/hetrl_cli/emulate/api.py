@@ -354,6 +354,11 @@ def shaping_plan(spec: ClusterSpec, addresses: dict[str, str]) -> dict[str, list
     return plan
 
 
+def price_option(host: HostSpec) -> str:
+    """' price=0.4' for a host the spec prices (hosts.txt's key), '' otherwise."""
+    return "" if host.price_per_gpu_hour is None else f" price={host.price_per_gpu_hour!r}"
+
+
 def _write_outputs(spec: ClusterSpec, state_dir: Path, state: State, started: list[_Started]) -> EmulatedCluster:
     """known_hosts, hosts.txt (checked by the real parser) and the two links files."""
     from hetrl_cli.artifacts.hosts import parse_hosts_text
@@ -371,7 +376,7 @@ def _write_outputs(spec: ClusterSpec, state_dir: Path, state: State, started: li
         memory = f", memory {s.spec.memory} B" if s.spec.memory else ""
         lines.append(
             f"{USER}@{s.address}:{sshd.SSH_PORT} region={s.spec.region} identity={identity} python={sys.executable}"
-            f"  # host {s.spec.name}: cpu {s.spec.cpu:g} core{memory}{on_cpus(s.cpus)}"
+            f"{price_option(s.spec)}  # host {s.spec.name}: cpu {s.spec.cpu:g} core{memory}{on_cpus(s.cpus)}"
         )
     hosts_text = "\n".join(lines) + "\n"
     parse_hosts_text(hosts_text, str(hosts_file))  # what we write must be what hetrl reads

@@ -6,7 +6,7 @@
     hosts:
       - {name: fast, region: east, cpu: 1.0}
       - {name: mid, region: east, cpu: 0.5, memory: 2GiB}
-      - {name: slow, region: west, cpu: 0.25}
+      - {name: slow, region: west, cpu: 0.25, price_per_gpu_hour: 0.4}   # optional $/device-hour
     links:
       - {a: east, b: west, bandwidth: 50Mbit/s, latency: 20ms}
 
@@ -140,6 +140,9 @@ class HostSpec(Strict):
     """Fraction of one core the host's processes may use in total (1.0 = one core, 0.25 = a quarter)."""
     memory: Memory | None = None
     """Memory limit of the host's processes (e.g. 2GiB); None = no limit."""
+    price_per_gpu_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """US dollars per hour of each of the host's devices, as cluster.yaml's node groups give it (written to
+    hosts.txt as `price=`, so `hetrl profile` records it and `plan --objective cost` can price the host)."""
 
 
 class LinkSpec(Strict):

@@ -187,6 +187,15 @@ def gpu_spec(name: str) -> GpuSpec:
     return found
 
 
+def catalog_price(device_name: str) -> tuple[float, str] | None:
+    """(the catalog's $/GPU-hour, its source 'catalog: …') for a probed device name ('NVIDIA H100 80GB HBM3')
+    that names a catalog GPU with a list price; None otherwise (unknown GPU, no price found, a CPU)."""
+    found = load_catalog().index().get(normalize_gpu_name(device_name))
+    if found is None or found.price is None:
+        return None
+    return found.price.usd_per_gpu_hour, f"catalog: {found.price.label()}"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # cluster.yaml
 

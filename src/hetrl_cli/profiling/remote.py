@@ -518,9 +518,23 @@ def build_host(run: HostRun) -> tuple[Host, list[Device]]:
         }
     )
     devices = [
-        Device.model_validate({**d, "id": f"{entry.name}/{d['index']}", "host": entry.name}) for d in facts["devices"]
+        Device.model_validate({**d, "id": f"{entry.name}/{d['index']}", "host": entry.name, **device_price(entry, d)})
+        for d in facts["devices"]
     ]
     return host, devices
+
+
+def device_price(entry: HostEntry, device: dict[str, Any]) -> dict[str, Any]:
+    """A probed device's price fields: hosts.txt's `price=` for its host, else the catalog's list price where
+    the device's name is a catalog GPU with one (its source says so), else none (users add it)."""
+    from hetrl_cli.profiling.catalog import catalog_price
+
+    if entry.price is not None:
+        return {"price_per_gpu_hour": entry.price, "price_source": f"hosts.txt {entry.source or entry.name} price="}
+    found = catalog_price(str(device.get("name", ""))) if device.get("kind") == "cuda" else None
+    if found is None:
+        return {}
+    return {"price_per_gpu_hour": found[0], "price_source": found[1]}
 
 
 class _Progress:
