@@ -15,7 +15,8 @@ the ones it has no part in; see docs/run.md):
   6. report       per-rank timings and sums gathered to rank 0 -> metrics.jsonl; checkpoint every N steps
 
 Async mode: generation ranks sample step t+1 (with the weights of step t-1's update, one step stale) while the
-rest trains on step t; the rollouts are exchanged after training, just before the weight sync.
+rest trains on step t; the rollouts are exchanged after training. With generation on ranks of its own the actor's
+weights of step t are sent right after its update and received while step t+1 is sampled (runtime/weightsync.py).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from hetrl_cli.runtime.roles import (
     pad_rows,
 )
 from hetrl_cli.runtime.rundir import LaunchManifest, RunDir, now_iso
+from hetrl_cli.runtime.weightsync import OverlappedSync
 
 
 class _Prefixed:
@@ -133,8 +135,9 @@ class Worker:
         """Checksum of the actor weights last sent to generation (--verify-weights, on the leader)."""
         self.channels: dict[str, comm.WeightChannel] = {}
         self.overlapped = plan.workload.mode == "async" and self.layout.overlaps_generation()
-        """Async with generation on ranks of its own: the actor's weight sync overlaps the next training step
-        (the leader sends after its report and trains on; generation receives before it generates)."""
+        """Async with generation on ranks of its own: the actor's sync overlaps generation and the next training
+        step (the leader sends right after its update; generation receives while it samples: weightsync.py)."""
+        self.overlap = OverlappedSync(self)
         self.duty = duty_for(self.generator, self.tasks, self.offloads, wl.precision)
         """This rank's engine as the step drives it (sleep/wake when colocated, bucketed loads); None without one."""
 
@@ -334,15 +337,16 @@ class Worker:
         for step in range(first, last + 1):
             timer = Timer(self.memory)
             started = time.perf_counter()
-            if self.overlapped and step > first and self.generator is not None:
-                with timer.phase("weight_sync"):  # the weights the trainer sent after the last step
-                    self.sync_actor()
+            if self.overlapped:  # load the weights received during the last step, receive this step's meanwhile
+                self.overlap.begin_step(step, first, last, timer)
             if asynchronous:
                 rollouts = self.pending
                 mine_next = self.generate(step + 1, timer) if step < last else []
             else:
                 rollouts = self.share_rollouts(self.generate(step, timer), timer)
             report = self.train_on(step, rollouts, timer)
+            if self.overlapped:  # the training side: the leader's sends run on during the exchange and next step
+                self.overlap.send(step, last, timer)
             if asynchronous and step < last:
                 self.pending = self.share_rollouts(mine_next, timer)
             with timer.phase("weight_sync"):
@@ -351,8 +355,6 @@ class Worker:
                 else:
                     self.sync_weights()
             self.report(step, rollouts, report, timer, time.perf_counter() - started)
-            if self.overlapped and step < last and self.generator is None:
-                self.sync_actor(wait=False)  # the training side: the leader's sends run on during the next step
             self.maybe_checkpoint(step)
         for channel in self.channels.values():
             channel.drain()
@@ -376,7 +378,7 @@ class Worker:
             return []
         lo, hi = self.layout.tasks["generation"].range_of(self.rank)
         timer = timer or Timer()
-        with timer.phase("generation"), self.resident("generation"), self.duty.generating(not awake_after):
+        with timer.phase("generation"), self.resident("generation"), self.duty.generating(not awake_after, step):
             mine = self.generator.generate(step, self.prompts(step)[lo:hi])
         pos = self.position("generation")
         return mine if pos is not None and pos.tp_rank == 0 else []  # TP peers hold the same rollouts
@@ -496,7 +498,11 @@ class Worker:
                 from hetrl_cli.runtime.precision import torch_dtype
 
                 dtype = torch_dtype(self.workload.precision)  # every engine holds the weights in it
-                self.synced_checksum = checksum_named((n, t.to(dtype)) for n, t in gathered)  # what they hold now
+                checksum = checksum_named((n, t.to(dtype)) for n, t in gathered)  # what they hold once loaded
+                if wait:
+                    self.synced_checksum = checksum
+                else:  # overlapped async: the engines hold them from the next step on (weightsync.py)
+                    self.overlap.sent_checksum = checksum
         load = self.duty.load_buckets if self.duty is not None else None
         self._sync("actor_train", "generation", self.actor, gathered, load, wait)
 
@@ -512,33 +518,10 @@ class Worker:
         self._sync("critic_train", "critic_inference", self.critic, critic_named, load)
 
     def _sync(self, source: str, target: str, trainer: Any, gathered: Any, load: Any, wait: bool = True) -> None:
-        """One weight sync `source` -> `target` over `sync:<role>`: `gathered` is the leader's full weights,
-        `load` takes an iterable of buckets of full weights into this rank's inference copy (None: nothing to
-        load here; the buckets still pass through: a relay member forwards them)."""
-        from hetrl_cli.runtime.engines import buckets
-        from hetrl_cli.runtime.engines.duty import sync_bucket_bytes
-        from hetrl_cli.runtime.precision import torch_dtype
+        """One weight sync `source` -> `target` (runtime/weightsync.py)."""
+        from hetrl_cli.runtime.weightsync import sync_group
 
-        leader = self.layout.tasks[source].leader
-        group = "sync:" + source.removesuffix("_train")
-        bucket_bytes = sync_bucket_bytes()
-        if self.rank != leader and self.rank in self.layout.self_synced_ranks(source, target):
-            if load is not None:  # this rank's own replica holds the same trained weights
-                load(buckets(gathered if gathered is not None else trainer.named_weights(), bucket_bytes))
-        elif self.groups.has(group, self.rank):
-            named = gathered if self.rank == leader else None
-            channel = self.channels.get(group)
-            if channel is None:
-                chain = self.layout.sync_chain(source, target)
-                dtype = torch_dtype(self.workload.precision)
-                channel = comm.WeightChannel(leader, self.groups.get(group), self.groups.size(group), chain,
-                                             self.device, dtype, bucket_bytes)  # fmt: skip
-                self.channels[group] = channel
-            stream = channel.stream(named, wait=wait)
-            if load is not None:
-                load(stream)
-            for _ in stream:  # whatever the loader left (none normally): every member moves every bucket
-                pass
+        sync_group(self, source, target, trainer, gathered, load, wait)
 
     # reporting and checkpoints ---------------------------------------------------------------------------
     def times_weight_sync(self) -> bool:

@@ -45,20 +45,28 @@ class EngineDuty:
         """Asleep at level 2 with no weights loaded since: waking now would generate with discarded weights."""
         self.memory: dict[str, int] = {}
         """The engine's memory_report just before and after its last sleep."""
+        self.version = -1
+        """The engine's weights: 0 = the first ones it was loaded with (the run's start or resume), +1 a load;
+        in a fresh run version v holds the weights of step v's update."""
+        self.rollouts: list[tuple[int, int]] = []
+        """(step, weights version) of every rollout sampled since the last step record."""
 
     def record(self, what: str) -> None:
         self.events.append((time.perf_counter(), what))
 
     @contextmanager
-    def generating(self, sleep_after: bool = True):
+    def generating(self, sleep_after: bool = True, step: int | None = None):
         """Wake the engine (if asleep) for the block; colocated, put it back to sleep after unless `sleep_after`
-        is False (another rollout follows before the next weight load: async's first two steps)."""
+        is False (another rollout follows before the next weight load: async's first two steps). `step`: the
+        step whose rollout this is (recorded with the weights version it is sampled with)."""
         if self.needs_load:
             raise RuntimeError("the engine discarded its weights (sleep level 2) and none were loaded since")
         if getattr(self.engine, "asleep", 0):
             self.engine.wake()
             self.record("wake")
         self.record("generate")
+        if step is not None:
+            self.rollouts.append((step, self.version))
         yield self.engine
         if self.colocated and sleep_after:
             awake = self.engine.memory_report()
@@ -78,6 +86,7 @@ class EngineDuty:
         handed over in buckets (never all at once)."""
         self.engine.load_weights(buckets(self._cast(named), self.bucket_bytes))
         self.needs_load = False
+        self.version += 1
         self.record("load_weights")
 
     def load_buckets(self, named_buckets: Iterable[Bucket]) -> None:
@@ -85,6 +94,7 @@ class EngineDuty:
         the workload's precision (a no-op for a channel's: they travel in it)."""
         self.engine.load_weights(list(self._cast(bucket)) for bucket in named_buckets)
         self.needs_load = False
+        self.version += 1
         self.record("load_weights")
 
     def _cast(self, named: Iterable[tuple[str, Tensor]]) -> Iterator[tuple[str, Tensor]]:
@@ -93,10 +103,14 @@ class EngineDuty:
 
     def step_record(self, step: int, phases: list[tuple[float, str]]) -> dict[str, Any]:
         """One events line: this step's engine events and the worker's phase entries (`phases`: (time, name)) in
-        time order, and the memory around the last sleep; the events are then cleared."""
-        merged = sorted([*self.events, *phases])
-        self.events = []
-        return {"step": step, "events": [what for _, what in merged], "memory": self.memory}
+        time order, the rollouts sampled ([step, weights version]) and the memory around the last sleep; the
+        events are then cleared (swapped out at once: async's receive thread records events too)."""
+        events, self.events = self.events, []
+        rollouts, self.rollouts = self.rollouts, []
+        merged = sorted([*events, *phases])
+        line = {"step": step, "events": [what for _, what in merged], "memory": self.memory}
+        line["engine"] = self.engine.describe()  # which engine ran, and vLLM's TP shape as its workers report it
+        return line | {"rollouts": [list(r) for r in rollouts]}
 
 
 def sync_bucket_bytes() -> int:

@@ -1,0 +1,127 @@
+"""The worker's weight syncs: one sync over its group (`sync_group`), and async mode's actor sync overlapped with
+generation (generation on ranks of its own: `Worker.overlapped`).
+
+One-step off-policy: the rollouts of step k+1 are sampled with the weights of step k-1's update while step k
+trains (docs/run.md). So the weights of step k are needed only before the rollout of step k+2, and their sync
+may run as soon as step k's update ends, while the generation ranks still sample step k+1:
+
+    trainer     train k ──send W_k (isend, returns)── rollout exchange ── train k+1 ── send W_k+1 ...
+    generation  sample k+1 (W_k-1) │ receive W_k on a thread ......│ exchange │ wait, load W_k │ sample k+2 (W_k)
+
+The receive runs on a thread into host memory (one bucket on the device at a time); the engine loads the
+staged buckets only between rollouts, never during one, so the staleness stays exactly one step. The trainer's
+sends are non-blocking (comm.WeightChannel, `wait=False`) and drained before its next sync. The cost model
+prices what this gets (costmodel/compose.py, ASYNC_LANES).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from hetrl_cli.runtime.engines import Bucket
+
+
+class OverlappedSync:
+    """One rank's part of the overlapped actor sync; the worker calls `begin_step` at the start of every step
+    and `send` right after its update."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+        self.thread: threading.Thread | None = None
+        self.staged: list[Bucket] = []
+        self.error: BaseException | None = None
+        self.sent_checksum: str | None = None
+        """The leader's checksum of the weights it last sent with `send` (--verify-weights): the engines hold
+        them from the start of the next step on."""
+
+    def begin_step(self, step: int, first: int, last: int, timer: Any) -> None:
+        """Generation ranks: load the weights received during the last step (waiting for the rest), then start
+        receiving this step's while this step's rollout is sampled. The leader: the weights the engines hold
+        from now on are the ones it sent last."""
+        w = self.worker
+        if self.sent_checksum is not None:
+            w.synced_checksum, self.sent_checksum = self.sent_checksum, None
+        if w.generator is None:
+            return
+        if step > first:
+            with timer.phase("weight_sync"):
+                self.finish()
+        if step < last:
+            self.start()
+
+    def send(self, step: int, last: int, timer: Any) -> None:
+        """Training ranks, right after the update of `step`: the leader gathers the weights and puts them on the
+        wire without waiting (the rest of the replica takes part in the gather)."""
+        w = self.worker
+        if w.generator is None and step < last:
+            with timer.phase("weight_sync"):
+                w.sync_actor(wait=False)
+
+    def start(self) -> None:
+        """Receive the trainer's next weights on a thread, staging each bucket in host memory."""
+        w = self.worker
+        self.staged, self.error = [], None
+        w.duty.record("receive")
+        self.thread = threading.Thread(target=self._receive, name="hetrl-weight-receive", daemon=True)
+        self.thread.start()
+
+    def _receive(self) -> None:
+        import contextlib
+
+        import torch
+
+        w = self.worker
+        cuda = str(w.device).startswith("cuda")
+        try:  # a stream of its own: the receive does not queue behind the rollout's kernels
+            with torch.cuda.stream(torch.cuda.Stream(w.device)) if cuda else contextlib.nullcontext():
+                sync_group(w, "actor_train", "generation", None, None, self._stage)
+            w.duty.record("received")
+        except BaseException as exc:  # re-raised on the main thread by finish()
+            self.error = exc
+
+    def _stage(self, stream: Any) -> None:
+        for bucket in stream:
+            self.staged.append([(name, tensor.cpu()) for name, tensor in bucket])  # each bucket a fresh buffer
+
+    def finish(self) -> None:
+        """Wait for the receive to end, then load the staged weights into the engine (between rollouts)."""
+        if self.thread is None:
+            return
+        self.thread.join()
+        self.thread = None
+        if self.error is not None:
+            raise RuntimeError(f"the overlapped weight receive failed: {self.error}") from self.error
+        staged, self.staged = self.staged, []
+        self.worker.duty.load_buckets(staged)
+
+
+def sync_group(w: Any, source: str, target: str, trainer: Any, gathered: Any, load: Any, wait: bool = True) -> None:
+    """One weight sync `source` -> `target` of worker `w` over `sync:<role>`: `gathered` is the leader's full
+    weights, `load` takes an iterable of buckets of full weights into this rank's inference copy (None: nothing
+    to load here; the buckets still pass through: a relay member forwards them)."""
+    from hetrl_cli.runtime import comm
+    from hetrl_cli.runtime.engines import buckets
+    from hetrl_cli.runtime.engines.duty import sync_bucket_bytes
+    from hetrl_cli.runtime.precision import torch_dtype
+
+    leader = w.layout.tasks[source].leader
+    group = "sync:" + source.removesuffix("_train")
+    bucket_bytes = sync_bucket_bytes()
+    if w.rank != leader and w.rank in w.layout.self_synced_ranks(source, target):
+        if load is not None:  # this rank's own replica holds the same trained weights
+            load(buckets(gathered if gathered is not None else trainer.named_weights(), bucket_bytes))
+    elif w.groups.has(group, w.rank):
+        named = gathered if w.rank == leader else None
+        channel = w.channels.get(group)
+        if channel is None:
+            chain = w.layout.sync_chain(source, target)
+            dtype = torch_dtype(w.workload.precision)
+            channel = comm.WeightChannel(leader, w.groups.get(group), w.groups.size(group), chain, w.device, dtype,
+                                         bucket_bytes)  # fmt: skip
+            w.channels[group] = channel
+        stream = channel.stream(named, wait=wait)
+        if load is not None:
+            load(stream)
+        for _ in stream:  # whatever the loader left (none normally): every member moves every bucket
+            pass
