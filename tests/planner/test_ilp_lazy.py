@@ -194,3 +194,56 @@ def test_a_32_host_cluster_gets_a_plan_and_a_bound():
     s = plan.solver
     assert len(profile.hosts) == 32 and "lazy ILP" in s.note
     assert s.bound is not None and 0 < s.bound <= s.objective and s.gap is not None
+
+
+PRICED_WIDE = [
+    {**g, "price_per_gpu_hour": p} for g, p in zip(WIDE, [6.88, 3.43, 2.75, 1.9, 0.8, 1.2, 0.7, 3.06], strict=True)
+]
+
+
+@pytest.mark.slow
+def test_past_150_pools_the_cost_objective_runs_the_lazy_master_with_a_bound():
+    """Before: the cost sweep's ILP had no space past 150 pools and `--objective cost` returned the hybrid's plan
+    with no bound. Now lazy steps under falling $/hour caps: a plan of the ILP at most the hybrid's $/iteration,
+    with a $ bound below it (and below the hybrid's plan)."""
+    priced = cluster("priced-wide", PRICED_WIDE)
+    w = ppo_8b()
+    assert count_pools(tables_for(priced, w).classes, "host") == 255
+    hybrid = make_plan(priced, w, solver="hybrid", budget_s=600, max_evals=32, seed=0, objective="cost")
+    plan = make_plan(priced, w, solver="ilp", budget_s=30, max_evals=32, seed=0, objective="cost")
+    s = plan.solver
+    assert s.solver == "ilp" and "lazy ILP" in s.note and "cost sweep" in s.note, s.note
+    assert s.objective == pytest.approx(plan.price.usd_per_iteration, rel=1e-6)
+    assert s.objective <= hybrid.price.usd_per_iteration * (1 + 1e-9)
+    assert s.bound is not None and 0 < s.bound <= s.objective and s.bound <= hybrid.price.usd_per_iteration
+
+
+def test_auto_counts_the_cost_sweeps_ilps(monkeypatch):
+    """`--solver auto` under `--objective cost` estimates one time ILP per step of the sweep, not one: on 2 + 2
+    devices at two prices (8 hourly prices a plan can have: 8 steps expected) the same tables and MILPs take
+    8× the seconds; the sweep's real count is within that."""
+    import hetrl_cli.planner.ilp as ilp_module
+    from hetrl_cli.planner.api import choose_solver
+    from hetrl_cli.planner.cost import make_objective
+    from hetrl_cli.planner.cost_ilp import expected_steps
+
+    priced = cluster(
+        "priced",
+        [
+            {"gpu": "H100", "gpus_per_node": 2, "region": "r1", "price_per_gpu_hour": 6.88},
+            {"gpu": "A100 80GB", "gpus_per_node": 2, "region": "r2", "price_per_gpu_hour": 3.43},
+        ],
+    )
+    w = workload("grpo", "sync")
+    t = tables_for(priced, w)
+    monkeypatch.setattr(ilp_module, "estimate_s", lambda tables, gran: 10.0)
+    t.objective = make_objective(priced, "time", None)
+    assert choose_solver(t, Budget(50))[1] == "ILP, ~10 s of tables and MILPs fit the 50 s budget"
+    t.objective = make_objective(priced, "cost", None)
+    gran = ilp_module.choose_granularity(t, 150)
+    assert expected_steps(t, gran) == 8
+    assert choose_solver(t, Budget(50))[1] == "hybrid, the ILP would take ~80 s of the 50 s budget"
+    monkeypatch.undo()
+    plan = make_plan(priced, w, solver="ilp", budget_s=60, objective="cost")
+    steps = int(plan.solver.note.split("cost sweep: ")[1].split()[0])
+    assert 1 <= steps <= expected_steps(t, gran)

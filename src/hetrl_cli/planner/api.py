@@ -158,6 +158,10 @@ def choose_solver(tables, budget: Budget) -> tuple[str, str]:
         return "hybrid", f"hybrid, the ILP space is too large ({n} whole-host pools)"
     budget_s = max(MIN_STAGE_S, budget.remaining_s())
     estimate = estimate_s(tables, gran)  # tables and leaf MILPs, timed on a sample (ilp.estimate_s)
+    if tables.objective.kind == "cost":  # the cost sweep solves a time ILP per $/hour cap (cost_ilp.py)
+        from hetrl_cli.planner.cost_ilp import expected_steps
+
+        estimate *= expected_steps(tables, gran)
     if estimate <= AUTO_ILP_SHARE * budget_s:
         return "ilp", f"ILP, ~{estimate:.0f} s of tables and MILPs fit the {budget_s:.0f} s budget"
     return "hybrid", f"hybrid, the ILP would take ~{estimate:.0f} s of the {budget_s:.0f} s budget"

@@ -9,13 +9,19 @@ of the steps' plans is the optimum. The sweep ends where no plan is left under t
 looks for plans faster than best $ × 3600 / (the cheapest price any plan can have), so it also ends as soon as
 no cheaper plan can beat the best (usually after a few steps: it walks the time/price Pareto front from the
 fast end). Every step is proven optimal or the result is `feasible` with a valid bound.
+
+Past 150 whole-host pools each step is the lazy ILP (planner/lazy.py: a restricted master over columns grown
+from the plans found before, under the same cap, with the device-count relaxation's bound on seconds, which
+ignores the cap and so stays below every plan under it) on LAZY_STEP_SHARE of the seconds left; its steps
+are `feasible` unless the relaxation reaches the plan, and the sweep's bound is the least step bound × the
+cheapest price, as for a time-limited step.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hetrl_cli.artifacts.plan import SolverStats
 from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
@@ -29,6 +35,12 @@ CAP_STEP = 1e-6
 between sums of list prices; plans priced within 1 ppm of each other count as priced alike."""
 MIN_STEP_S = 0.2
 """A step is started only with more than this many seconds of the budget left."""
+LAZY_CAP_FALLOFF = 0.7
+"""Where a lazy step finds no plan under its cap (and proves none), the next cap is this share of it: plans
+cheaper per hour may still be cheaper per iteration."""
+LAZY_STEP_SHARE = 0.5
+"""Share of the seconds left a lazy step takes (it would otherwise spend them all on its master's rounds):
+the first step gets half the budget, the next a quarter, ..., so the sweep walks down the Pareto front."""
 
 
 @dataclass
@@ -53,16 +65,20 @@ class _Sweep:
     last_time_bound: float = 0.0
     """The last step's bound on seconds (every cheaper plan is at least this slow)."""
     note: str = ""
+    seeds: list = field(default_factory=list)
+    """Plans found so far as (grouping, device sets): the lazy steps' first columns."""
 
 
 def run_cost_ilp(tables, budget: Budget, first, report: Callable[[str], None], leaf_solver=None) -> CostOutcome | None:
     """The exact $/iteration optimum over the ILP's space (module docstring), started from `first` (the
-    hybrid's plan under the cost objective, or None); None where the ILP space is too large (the caller keeps
-    the hybrid's plan)."""
+    hybrid's plan under the cost objective, or None); past 150 whole-host pools by lazy steps (module
+    docstring)."""
     from hetrl_cli.planner.ilp import realise
 
     objective = tables.objective
     sweep = _Sweep(best_cost=first.stats.objective if first is not None else math.inf)
+    if first is not None:
+        sweep.seeds.append((tuple(g.tasks for g in first.groups), [g.devices for g in first.groups]))
     user_cap = objective.max_cost_per_hour
     try:
         if not _steps(tables, budget, sweep, report, leaf_solver):
@@ -84,12 +100,12 @@ def run_cost_ilp(tables, budget: Budget, first, report: Callable[[str], None], l
 
 
 def _steps(tables, budget: Budget, sweep: _Sweep, report, leaf_solver) -> bool:
-    """Run the sweep into `sweep`; False where the ILP has no space (too large)."""
-    from hetrl_cli.planner.ilp import realise, solve_ilp
+    """Run the sweep into `sweep`; False where no step can run (the ILP's space too large and no lazy step)."""
+    from hetrl_cli.planner.ilp import realise
 
     objective = tables.objective
     cap = objective.max_cost_per_hour
-    cheapest = min(objective.prices.values())  # every plan rents at least one device
+    cheapest = least_hourly(tables)
     while True:
         if sweep.steps >= MAX_STEPS or budget.remaining_s() <= MIN_STEP_S:
             sweep.proven = False
@@ -98,12 +114,12 @@ def _steps(tables, budget: Budget, sweep: _Sweep, report, leaf_solver) -> bool:
         objective.max_cost_per_hour = cap
         cut = sweep.best_cost * SECONDS_PER_HOUR / cheapest if math.isfinite(sweep.best_cost) else None
         report(f"ILP cost sweep: step {sweep.steps + 1}, cap {'none' if cap is None else f'{cap:.4g} $/h'}")
-        result, space, note = solve_ilp(tables, budget, progress=report, leaf_solver=leaf_solver, incumbent=cut)
+        result, space, note = _time_step(tables, budget, sweep, cut, report, leaf_solver)
         sweep.steps += 1
         sweep.note = note
-        if space is None:
+        if result.status == "toolarge":
             return False
-        if space.options:  # a tighter floor on any plan's price: the cheapest pool some group can take
+        if space is not None and space.options:  # a tighter floor on a plan's price: the cheapest pool a group takes
             cheapest = max(
                 cheapest, min(objective.pool_hourly(tables.classes, space.pools[p]) for _, p in space.options)
             )
@@ -111,15 +127,80 @@ def _steps(tables, budget: Budget, sweep: _Sweep, report, leaf_solver) -> bool:
         if result.status != "optimal":
             sweep.proven = False
             sweep.bound = min(sweep.bound, sweep.last_time_bound * cheapest / SECONDS_PER_HOUR)
-        if result.options is None:  # nothing under this cap beats the best: the sweep is over
-            return True
+        if result.options is None and (space is not None or result.status == "optimal"):
+            return True  # nothing under this cap beats the best (or the full ILP's time ran out): the sweep is over
+        if result.options is None:  # an unproven lazy step found none: cheaper plans may still beat the best
+            cap = (cap if cap is not None else objective.hourly(objective.prices)) * LAZY_CAP_FALLOFF
+            if cap < cheapest:  # no plan is that cheap: every range is covered
+                return True
+            continue
         real = realise(tables, result.grouping, result.pools, result.options)
         hourly = objective.hourly(d for o in real for d in o.devices)
         cost = result.objective * hourly / SECONDS_PER_HOUR
         if cost < sweep.best_cost * (1 - 1e-12):
             sweep.best_cost = cost
             sweep.best = (result.grouping, result.pools, result.options)
+        sweep.seeds.append((tuple(result.grouping), [o.devices for o in real]))
         cap = hourly * (1 - CAP_STEP)
+
+
+def expected_steps(tables, granularity) -> int:
+    """auto's count of the sweep's time ILPs: each step caps strictly below the last plan's $/hour, so it walks
+    the distinct hourly prices a plan can have; counted as the distinct prices of the ILP's pools (a plan's
+    devices are its groups' pools; one group takes them all on the small clusters the full ILP plans), at most
+    MAX_STEPS. The cut by the best $ ends it earlier where cheaper plans cannot win (an overestimate there)."""
+    from hetrl_cli.planner.space import enumerate_pools
+
+    objective = tables.objective
+    prices = {round(objective.pool_hourly(tables.classes, p), 6) for p in enumerate_pools(tables.classes, granularity)}
+    return max(1, min(MAX_STEPS, len(prices)))
+
+
+def least_hourly(tables) -> float:
+    """A floor on any plan's $/hour: the group holding the largest task holds its weights (+ gradients when
+    training: bound.py's memory floor) in its devices' usable memory, so it rents at least the cheapest
+    fractional fill of that many bytes, classes taken by $ per usable byte (a fractional knapsack's optimum is
+    ≤ the integer one's); at least one device's price."""
+    from hetrl_cli.costmodel import constants as C
+    from hetrl_cli.planner.bound import task_floors
+
+    prices = tables.objective.prices
+    need = max((f.memory for f in task_floors(tables).values()), default=0.0)
+    share = max(C.GEN_MEMORY_UTILIZATION, C.USABLE_MEMORY_FRACTION)
+    per_class = [(prices[c.devices[0][0]], c.memory_bytes * share, c.size) for c in tables.classes]
+    total = 0.0
+    for price, usable, count in sorted(per_class, key=lambda x: x[0] / x[1]):
+        if need <= 0:
+            break
+        take = min(float(count), need / usable)
+        total += take * price
+        need -= take * usable
+    return max(total, min(prices.values()))
+
+
+def _time_step(tables, budget: Budget, sweep: _Sweep, cut: float | None, report, leaf_solver):
+    """One step: the least seconds under the objective's cap (and under `cut`), by the full ILP or, past its
+    size, the lazy ILP on LAZY_STEP_SHARE of the seconds left (module docstring; no space returned)."""
+    from hetrl_cli.planner.ilp import solve_ilp
+    from hetrl_cli.planner.lazy import solve_lazy
+    from hetrl_cli.planner.space import count_pools
+
+    result, space, note = solve_ilp(tables, budget, progress=report, leaf_solver=leaf_solver, incumbent=cut)
+    if result.status != "toolarge":
+        return result, space, note
+    objective = tables.objective
+    n = count_pools(tables.classes, "host")
+    objective.kind = "time"  # the lazy step's own search minimises seconds under the cap, as the master does
+    try:
+        # its own evaluations (--max-evals caps each step's search, as each stage counts its own): the master
+        # finds no plan from the relaxation's columns alone where the search had none left
+        step = Budget(max(MIN_STEP_S, budget.remaining_s() * LAZY_STEP_SHARE), budget.max_evals)
+        return solve_lazy(
+            tables, step, sweep.seeds, n, progress=report, leaf_solver=leaf_solver, incumbent=cut, seed=sweep.steps,
+            cut_at_search=False,
+        )  # fmt: skip
+    finally:
+        objective.kind = "cost"
 
 
 def _stats(objective: float, bound: float, status: str, note: str) -> SolverStats:

@@ -200,9 +200,12 @@ def solve_lazy(
     leaf_solver: Callable[[IlpModel, float], IlpResult] | None = None,
     incumbent: float | None = None,
     seed: int = 0,
+    cut_at_search: bool = True,
 ) -> tuple[IlpResult, None, str]:
     """The lazy ILP (module docstring) within `budget`: a plan better than `incumbent` with the relaxation's
-    bound, or no plan (options None) with what the bound proves about the incumbent."""
+    bound, or no plan (options None) with what the bound proves about the incumbent. `cut_at_search`: the
+    master looks only for plans better than its own search's (whose plan it may then fail to return); off,
+    for any plan better than `incumbent` (the cost sweep needs a plan under each cap)."""
     start = time.monotonic()
     if progress:
         progress("ILP: relaxation bound over device counts")
@@ -211,7 +214,8 @@ def solve_lazy(
     found = _hybrid(tables, budget.from_now().first(HYBRID_SHARE), seeds, seed, progress)
     if found is not None:
         seeds.append(found[0])
-        cut = found[1] if cut is None else min(cut, found[1])
+        if cut_at_search:
+            cut = found[1] if cut is None else min(cut, found[1])
     master = Master(tables)
     columns = _seed_columns(tables, seeds)
     for grouping in _by_bound(relaxed)[:BOUND_SEEDS]:
