@@ -93,7 +93,7 @@ def predict_generation(profile: Any, spec: Any, batch: int, prompt: int, respons
     from hetrl_cli.costmodel.model import CostModel
     from hetrl_cli.costmodel.types import TaskPlacement
 
-    model = CostModel(profile, _workload(spec, batch, prompt, response))
+    model = CostModel(profile, _workload(spec, batch, prompt, response), engine="hf")  # the engine it measures
     device = profile.devices[0].id
     est = model.task(TaskPlacement("generation", (((device,),),)))
     terms = {name: s for name, s in est.terms.items() if s}

@@ -111,6 +111,17 @@ HF_NOISE_LIVE_COPIES = 4
 HF_STEP_LOGITS_FP32_COPIES = 3
 """fp32 [batch, vocab] tensors of one decoding step: transformers' fp32 copy of the last position's logits, the
 sampler's clone and its noisy scores (engines/hf._SeededGumbel), next to the head's output in the workload's dtype."""
+HF_DECODE_STEP_FIXED_S = 0.6e-3
+"""Host time of one hf-engine decode step besides its layers (the sampler, the cache and stopping bookkeeping of
+transformers' `generate`), in place of DECODE_STEP_OVERHEAD_S when the cost model prices the hf engine
+(CostModel(engine="hf")). bench/hf_step_overhead.py on this project's CPU box: 0.58-0.65 ms of process CPU time a
+step at batch 1-8, the intercept of the line over 1-32 layers (docs/benchmarks.md)."""
+HF_DECODE_STEP_PER_LAYER_S = 0.35e-3
+"""Host time of one decoder layer in an hf-engine decode step on a CPU (transformers' per-module Python dispatch;
+the arithmetic of the bench's 64-wide layers is ~50 kFLOP): the slope of the same line, 0.31-0.39 ms of CPU time a
+layer at batch 1-8 (1.1 ms of wall time on the shared box at load ~15). On a GPU the step cannot be shorter than
+its dispatch, EAGER_DISPATCH_S_PER_LAYER_FORWARD a layer (the H200's hf decode step of Qwen3-0.6B, 28 layers,
+took 27-29 ms of host time against 4.6 ms of kernels: 0.96-1.04 ms a layer)."""
 
 # ---- memory -------------------------------------------------------------------------------------------------
 USABLE_MEMORY_FRACTION = 0.92

@@ -73,10 +73,15 @@ class GenStatic(NamedTuple):
 class Generation:
     """Time and memory of the generation task per replica."""
 
-    def __init__(self, step: Step, cluster: Cluster, overhead_factor: dict[str, float]) -> None:
+    def __init__(
+        self, step: Step, cluster: Cluster, overhead_factor: dict[str, float], engine: str | None = None
+    ) -> None:
         self.step = step
         self.cluster = cluster
         self.overhead_factor = overhead_factor
+        self.engine = engine
+        """The rollout engine priced: None for a vLLM-like engine (DECODE_STEP_OVERHEAD_S a step), "hf" for
+        transformers' generate (decode_host_step_s)."""
         self._static: Memo[GenStatic] = Memo(self.static)
 
     def replica(
@@ -110,15 +115,22 @@ class Generation:
             if best is None or step > best[0]:
                 best = (step, c, max(0.0, m - c), tpc, p2p, p)
         assert best is not None
-        _, c, m_extra, tpc, p2p, crit = best
+        busy, c, m_extra, tpc, p2p, crit = best
         k = steps * g.pp
         scale = self.cluster.layout_slowdown(classes, "generation") * self.overhead_factor.get("generation", 1.0)
+        if self.engine == "hf":
+            launches = all(st.launches for st in stages)
+            serial, layers = decode_host_step_s("hf", self.step.arch["generation"].num_layers, launches)
+            per_step = serial * scale + (max(0.0, layers * scale - busy) if launches else layers * scale)
+            overhead = steps * per_step + n_seq * Rm * C.DECODE_SEQ_OVERHEAD_S * scale
+        else:
+            overhead = (steps * C.DECODE_STEP_OVERHEAD_S + n_seq * Rm * C.DECODE_SEQ_OVERHEAD_S) * scale
         terms = {
             "compute": k * c,
             "memory": k * m_extra,
             "tp_comm": k * tpc,
             "pp_p2p": k * p2p,
-            "overhead": (steps * C.DECODE_STEP_OVERHEAD_S + n_seq * Rm * C.DECODE_SEQ_OVERHEAD_S) * scale,
+            "overhead": overhead,
         }
         self._add_prefill(terms, g, n_seq)
         links = {"tp_comm": g.tp_labels[crit]}
@@ -235,6 +247,23 @@ class Generation:
         return weights_dev, kv_dev, work_dev, cap, mem_violation
 
 
+def decode_host_step_s(engine: str | None, layers: int, launches: bool) -> tuple[float, float]:
+    """(serial, layers' dispatch) host seconds of one decode step, before the host's slowdown. A vLLM-like engine
+    (None): (DECODE_STEP_OVERHEAD_S, 0): CUDA graphs, one launch a step. The hf engine dispatches every layer's
+    modules from Python each step: (HF_DECODE_STEP_FIXED_S, layers x HF_DECODE_STEP_PER_LAYER_S) on a CPU, where
+    dispatch and arithmetic share one thread, so both add to the step's work; on a GPU (`launches`) the layers'
+    part is layers x EAGER_DISPATCH_S_PER_LAYER_FORWARD, a floor under the step's device time (kernels run while
+    later ones are dispatched), and the serial part (sampling after the step's sync) adds.
+
+    >>> [round(s * 1e3, 1) for s in decode_host_step_s("hf", 36, False) + decode_host_step_s("hf", 36, True)]
+    [0.6, 12.6, 0.6, 36.0]
+    """
+    if engine != "hf":
+        return C.DECODE_STEP_OVERHEAD_S, 0.0
+    per_layer = C.EAGER_DISPATCH_S_PER_LAYER_FORWARD if launches else C.HF_DECODE_STEP_PER_LAYER_S
+    return C.HF_DECODE_STEP_FIXED_S, layers * per_layer
+
+
 def hf_engine_bytes(arch: ArchSpec, precision: str, sequences: int, prompt_tokens: int, new_tokens: int,
                     tp: int = 1) -> float:  # fmt: skip
     """Peak bytes of the hf engine (runtime/engines/hf.py) generating `new_tokens` for `sequences` prompts of
@@ -242,7 +271,8 @@ def hf_engine_bytes(arch: ArchSpec, precision: str, sequences: int, prompt_token
     full length (transformers' DynamicCache grows by concatenation, so one layer's cache is briefly held twice),
     one decoding step's logits (the head's output + HF_STEP_LOGITS_FP32_COPIES fp32 copies) and the sampling
     noise's windows (HF_NOISE_LIVE_COPIES 4 × at most HF_NOISE_BYTES, or the whole response when that is less).
-    The head is whole on every TP rank (runtime/parallel.py); the layers are TP-sliced. Unlike vLLM, which claims
+    The embedding and head are charged whole on every TP rank, an upper bound: the runtime splits them by
+    vocabulary rows (runtime/parallel.py) and all-gathers each step's logits. Unlike vLLM, which claims
     GEN_MEMORY_UTILIZATION of the device, the hf engine allocates what it uses: tests/runtime/test_precision.py
     measures it (150k vocabulary, 16 sequences, 512 new tokens)."""
     wb = DTYPE_BYTES[precision]

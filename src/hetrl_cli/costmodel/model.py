@@ -40,7 +40,9 @@ from hetrl_cli.costmodel.weightsync import Transfer, WeightSync
 class CostModel:
     """Scores placements of the workload's tasks on the profile's devices (docs/costmodel.md)."""
 
-    def __init__(self, profile: ClusterProfile, workload: Workload, calibration: dict | None = None) -> None:
+    def __init__(
+        self, profile: ClusterProfile, workload: Workload, calibration: dict | None = None, engine: str | None = None
+    ) -> None:
         self.profile = profile
         self.workload = workload
         self.calibration = calibration or {}
@@ -53,7 +55,8 @@ class CostModel:
         self.cluster = Cluster(profile, workload.precision, self.calibration)
         self.step = Step(workload)
         self.forward = Forward(self.step, self.cluster)
-        self.generation = Generation(self.step, self.cluster, self.overhead_factor)
+        self.generation = Generation(self.step, self.cluster, self.overhead_factor, engine)
+        """`engine`: the rollout engine priced (None: a vLLM-like engine; "hf": generation.decode_host_step_s)."""
         self.tasks = Tasks(self.step, self.cluster, self.forward, self.generation, self.task_overhead_s)
         self.syncs = WeightSync(self.step, self.cluster, self.task_overhead_s, self.overhead_factor)
         self.links = self.cluster.links
