@@ -59,3 +59,15 @@ def test_hf_on_a_gpu_cannot_step_faster_than_it_dispatches() -> None:
     assert hf["overhead"] <= steps * (serial + floor)
     assert hf["overhead"] >= steps * (serial + floor) - device
     assert hf["compute"] + hf["memory"] + hf["overhead"] >= steps * (serial + floor)
+
+
+def test_the_bench_fits_a_line_over_layers() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "hf_step_overhead.py"
+    spec = importlib.util.spec_from_file_location("hf_step_overhead", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.fit_line([1, 2, 4, 8], [0.6 + 0.35 * n for n in (1, 2, 4, 8)]) == pytest.approx((0.6, 0.35))

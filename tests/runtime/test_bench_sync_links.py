@@ -110,3 +110,16 @@ def test_sync_over_a_40ms_link_is_within_2x_of_the_model(tmp_path: Path) -> None
     (row,) = json.loads(out.read_text())["rows"]
     assert 0.5 <= row["measured_over_model"] <= 2.0, row
     assert row["median_s"] >= 0.04  # at least the round trip and the bytes at 1 Gbit/s: the delay is real
+
+
+def test_set_relay_chunk_changes_the_relay_default_and_the_tag_arithmetic(bench) -> None:
+    import types
+
+    def relay(flat, chain, group, chunk_bytes=1 << 20, wait=True, tag_base=0):
+        return chunk_bytes
+
+    fake = types.SimpleNamespace(SYNC_CHUNK_BYTES=1 << 20, relay=relay)
+    bench.set_relay_chunk(fake, 16 << 20)
+    assert fake.SYNC_CHUNK_BYTES == 16 << 20
+    assert relay(None, [], None) == 16 << 20
+    assert relay.__defaults__ == (16 << 20, True, 0)
