@@ -12,9 +12,15 @@ An iteration is the slowest of its *lanes*; a lane is a sum of named terms:
     weight_sync  the weight syncs (the actor's, then the critic's)
 SYNC (on-policy, strict phase order): one lane of every term.
     iteration = Σ_k span_k + Σ_b boundary_b + weight_sync
-ASYNC (one-step off-policy; only when the generation group holds generation alone, else as sync): two
-lanes, since generation of step t+1 overlaps the rest of step t.
-    iteration = max(span_1 + weight_sync, boundary_1 + span_2 + boundary_2 + span_3)
+ASYNC (one-step off-policy; only when the generation group holds generation alone, else as sync): generation
+of step t+1 (G = span_1, with the weights of step t-1) overlaps the rest of step t (R = boundary_1 + span_2 +
+boundary_2 + span_3), and the weight sync of step t (W) starts when step t's update ends and runs while step t+1
+is still sampled; the next rollout waits for it (runtime/weightsync.py). In the steady state, with P the
+iteration: the sync of the last step ends R + W after the last iteration began, so the rollout starts
+max(0, R + W - P) into this one and P = max(R, max(0, R + W - P) + G); one sync at a time, P >= W. Hence
+    iteration = max(G, R, (G + W + R) / 2, W)
+(the third lane: the sync straddles the iteration boundary, half of it behind each lane). It is never more
+than the old max(G + W, R), which priced the receive before the rollout, and equals it when R >= G + W.
 
 A lane adds its terms in the order written, each inner tuple first: the order of floating-point additions
 is part of the definition, so every user gets the same seconds to the last digit.
@@ -44,10 +50,15 @@ TERMS = (*SPANS, *BOUNDARIES, WEIGHT_SYNC)
 Lane = tuple[tuple[str, ...], ...]
 """Terms summed in order, each inner tuple first."""
 SYNC_LANES: tuple[Lane, ...] = ((SPANS, BOUNDARIES, (WEIGHT_SYNC,)),)
+_TRAINING = (BOUNDARIES[0], SPANS[1], BOUNDARIES[1], SPANS[2])
 ASYNC_LANES: tuple[Lane, ...] = (
-    ((SPANS[0], WEIGHT_SYNC),),
-    ((BOUNDARIES[0], SPANS[1], BOUNDARIES[1], SPANS[2]),),
+    ((SPANS[0],),),
+    (_TRAINING,),
+    ((SPANS[0], WEIGHT_SYNC), _TRAINING),
+    ((WEIGHT_SYNC,),),
 )
+SCALES = {False: (1.0,), True: (1.0, 1.0, 0.5, 1.0)}
+"""Each lane's factor (its sum is multiplied by it; 1.0 lanes are not multiplied at all)."""
 _INDEX = {term: i for i, term in enumerate(TERMS)}
 _BY_INDEX = {
     mode: tuple(tuple(tuple(_INDEX[t] for t in part) for part in lane) for lane in lanes)
@@ -60,6 +71,11 @@ branch and bound composes millions of times, so no dict per call."""
 def lanes(asynchronous: bool) -> tuple[Lane, ...]:
     """The lanes of an iteration (module docstring); `asynchronous`: the async overlap applies."""
     return ASYNC_LANES if asynchronous else SYNC_LANES
+
+
+def scales(asynchronous: bool) -> tuple[float, ...]:
+    """Each lane's factor, in `lanes(asynchronous)` order: a row is T >= factor x the lane's sum."""
+    return SCALES[asynchronous]
 
 
 def overlaps(mode: str, task_sets: Iterable[Sequence[TaskName]]) -> bool:
@@ -93,18 +109,20 @@ def lane_values(
         boundary_s = (*boundary_s, *[0.0] * (len(BOUNDARIES) - len(boundary_s)))
     values = (*span_s, *boundary_s, weight_sync_s)
     out = []
-    for lane in _BY_INDEX[asynchronous]:
+    for lane, scale in zip(_BY_INDEX[asynchronous], SCALES[asynchronous], strict=True):
         total = 0.0
         for part in lane:
             subtotal = 0.0
             for i in part:
                 subtotal += values[i]
             total += subtotal
-        out.append(total)
+        out.append(total if scale == 1.0 else total * scale)
     return out
 
 
-def _compiled(lanes_: tuple[Lane, ...]) -> Callable[[Sequence[float], Sequence[float], float], float]:
+def _compiled(
+    lanes_: tuple[Lane, ...], scales_: tuple[float, ...]
+) -> Callable[[Sequence[float], Sequence[float], float], float]:
     """`max` over the lanes as one Python expression of (spans s, boundaries b, weight sync w), written out
     from the lanes once at import: the planner's screen composes millions of times, and the loops of
     `lane_values` cost 5x as much per call. Same additions in the same order (0.0 + x is x), so the same
@@ -119,11 +137,12 @@ def _compiled(lanes_: tuple[Lane, ...]) -> Callable[[Sequence[float], Sequence[f
         return expr
 
     exprs = [chain([chain([name[t] for t in part]) for part in lane]) for lane in lanes_]
+    exprs = [e if k == 1.0 else f"({e} * {k!r})" for e, k in zip(exprs, scales_, strict=True)]
     body = exprs[0] if len(exprs) == 1 else f"max({', '.join(exprs)})"
     return eval(compile(f"lambda s, b, w: {body}", "<compose lanes>", "eval"))  # only this module's term names
 
 
-_ITERATION = {False: _compiled(SYNC_LANES), True: _compiled(ASYNC_LANES)}
+_ITERATION = {False: _compiled(SYNC_LANES, SCALES[False]), True: _compiled(ASYNC_LANES, SCALES[True])}
 
 
 def iteration_s(
@@ -147,7 +166,15 @@ def critical_groups(
 ) -> list[str | None]:
     """Per phase, the group on the critical path: the slowest group of each phase in the slowest lane (the
     first on ties); None where the phase's span is in no such lane (async: the other lane)."""
-    values = lane_values(spans(phases), boundary_s, weight_sync_s, asynchronous)
-    critical = lanes(asynchronous)[values.index(max(values))]
-    on_path = {term for part in critical for term in part}
+    on_path, _ = critical_terms(phases, boundary_s, weight_sync_s, asynchronous)
     return [max(p, key=p.__getitem__) if p and SPANS[k] in on_path else None for k, p in enumerate(phases)]
+
+
+def critical_terms(
+    phases: Sequence[dict[str, float]], boundary_s: Sequence[float], weight_sync_s: float, asynchronous: bool
+) -> tuple[set[str], float]:
+    """The terms of the slowest lane (the first on ties) and its factor: the critical path is those terms, each
+    counted `factor` times (half of each for async's straddling sync), so it sums to the iteration."""
+    values = lane_values(spans(phases), boundary_s, weight_sync_s, asynchronous)
+    k = values.index(max(values))
+    return {term for part in lanes(asynchronous)[k] for term in part}, scales(asynchronous)[k]

@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING
 
 from hetrl_cli.artifacts.plan import TimelineEntry
 from hetrl_cli.artifacts.rl import PHASES
-from hetrl_cli.costmodel.compose import compose_iteration, critical_groups, is_async_split
+from hetrl_cli.costmodel.compose import (
+    BOUNDARIES,
+    WEIGHT_SYNC,
+    compose_iteration,
+    critical_groups,
+    critical_terms,
+    is_async_split,
+)
 from hetrl_cli.costmodel.explain import PathItem, bottleneck, sync_label
 from hetrl_cli.costmodel.types import GroupPlacement, PlanEstimate, TaskEstimate, TaskPlacement
 
@@ -141,8 +148,9 @@ def build_timeline(groups, estimates, phases, transfers, boundary, ws, asynchron
     span = [max(p.values(), default=0.0) for p in phases]
     if asynchronous:
         run_phase(0, 0.0)
-        if ws:
-            out.append(TimelineEntry(name="weight_sync", group=gen_group, start_s=span[0], end_s=span[0] + ws))
+        if ws:  # the part of the sync generation waits for before its next rollout (compose.py: the rest overlaps)
+            waited = min(ws, max(0.0, compose_iteration(phases, boundary, ws, True) - span[0]))
+            out.append(TimelineEntry(name="weight_sync", group=gen_group, start_s=span[0], end_s=span[0] + waited))
         t = 0.0
         run_transfers(0, t)
         t += boundary[0]
@@ -169,6 +177,7 @@ def critical_path(groups, estimates, phases, boundary, ws, asynchronous) -> tupl
     breakdown = dict.fromkeys(("compute", "memory", "comm", "bubble", "weight_sync", "transfer", "other"), 0.0)
     path: list[PathItem] = []
     crit = critical_groups(phases, boundary, ws, asynchronous)
+    terms, f = critical_terms(phases, boundary, ws, asynchronous)  # f: 0.5 where async's sync straddles the lanes
     for k, g in enumerate(crit):
         if g is None:
             continue
@@ -176,19 +185,19 @@ def critical_path(groups, estimates, phases, boundary, ws, asynchronous) -> tupl
         for t in group.tasks:
             if t in PHASES[k] and t in estimates:
                 c = estimates[t].cost
-                breakdown["compute"] += c.compute_s
-                breakdown["memory"] += c.memory_s
-                breakdown["comm"] += c.comm_s
-                breakdown["bubble"] += c.bubble_s
-                breakdown["other"] += c.other_s
-                path.append(("task", t, g, c.total_s))
-    on_path_boundaries = [0, 1] if not (asynchronous and crit[0] is not None) else []
-    for k in on_path_boundaries:
-        breakdown["transfer"] += boundary[k]
-        if boundary[k]:
-            path.append(("transfer", f"boundary {k + 1}", "", boundary[k]))
-    if not asynchronous or crit[0] is not None:
-        breakdown["weight_sync"] += ws
+                breakdown["compute"] += c.compute_s * f
+                breakdown["memory"] += c.memory_s * f
+                breakdown["comm"] += c.comm_s * f
+                breakdown["bubble"] += c.bubble_s * f
+                breakdown["other"] += c.other_s * f
+                path.append(("task", t, g, c.total_s * f))
+    for k, name in enumerate(BOUNDARIES):
+        if name in terms:
+            breakdown["transfer"] += boundary[k] * f
+            if boundary[k]:
+                path.append(("transfer", f"boundary {k + 1}", "", boundary[k] * f))
+    if WEIGHT_SYNC in terms:
+        breakdown["weight_sync"] += ws * f
         if ws:
-            path.append(("weight_sync", "weight_sync", "", ws))
+            path.append(("weight_sync", "weight_sync", "", ws * f))
     return breakdown, path

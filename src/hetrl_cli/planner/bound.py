@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass
 
 from hetrl_cli.artifacts.rl import HEAD, PHASES, TRAIN_TASKS, TaskName
-from hetrl_cli.costmodel.compose import BOUNDARIES, SPANS, WEIGHT_SYNC, iteration_s, lanes, overlaps, span
+from hetrl_cli.costmodel.compose import BOUNDARIES, SPANS, WEIGHT_SYNC, iteration_s, lanes, overlaps, scales, span
 from hetrl_cli.planner.search import Subset
 
 CUT_ROUNDS = 25
@@ -315,9 +315,10 @@ class _CutModel:
             if floor > 0:
                 lp.row({z[i]: 1.0}, lower=floor)
         name = dict(zip(SPANS, z, strict=True))
-        for lane in lanes(overlaps(tables.workload.mode, grouping)):
+        overlap = overlaps(tables.workload.mode, grouping)
+        for lane, scale in zip(lanes(overlap), scales(overlap), strict=True):
             cols = [name[t] for part in lane for t in part if t not in (*BOUNDARIES, WEIGHT_SYNC)]
-            lp.row({self.T: 1.0, **{c: -1.0 for c in cols}}, lower=0.0)
+            lp.row({self.T: 1.0, **{c: -scale for c in cols}}, lower=0.0)
         lp.rows.extend(self.pending)
         self.pending = []
         self.h = self._highs()

@@ -19,7 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hetrl_cli.artifacts.rl import PHASES, SYNCED, sync_roles
-from hetrl_cli.costmodel.compose import BOUNDARIES, SPANS, WEIGHT_SYNC, Lane, iteration_s, lanes, overlaps, span
+from hetrl_cli.costmodel.compose import (
+    BOUNDARIES,
+    SPANS,
+    WEIGHT_SYNC,
+    Lane,
+    iteration_s,
+    lanes,
+    overlaps,
+    scales,
+    span,
+)
 from hetrl_cli.planner.search import Budget, Subset
 from hetrl_cli.planner.space import (
     GRANULARITIES,
@@ -398,8 +408,8 @@ class IlpModel:
             s = self.sidx[alone]
             y_alone = _sum(self.x[s, p] for p in self.by_subset.get(s, []))
             big = self._upper_bound()
-            for lane in lanes(True):
-                lp.row(_expr((1.0, self._lane(lane)), (big, y_alone), (-1.0, self.T)), upper=big)
+            for lane, scale in zip(lanes(True), scales(True), strict=True):  # T ≥ scale·lane
+                lp.row(_expr((scale, self._lane(lane)), (big, y_alone), (-1.0, self.T)), upper=big)
             for lane in lanes(False):
                 lp.row(_expr((1.0, self._lane(lane)), (-big, y_alone), (-1.0, self.T)), upper=0.0)
         else:
