@@ -152,8 +152,10 @@ def train_state_bytes(workload: Workload, params: float, dp: int) -> tuple[float
 
 def logprob_chunk_bytes(workload: Workload, vocab: int, train: bool) -> float:
     """Peak bytes of the runtime's token log-probs (runtime/logprobs.py): one chunk of at most LOGPROB_CHUNK_BYTES
-    of fp32 logits over the whole vocabulary (the head is whole on every TP rank), of a micro-batch's response
-    tokens at most, with what its forward (no gradients) or its checkpointed backward holds per entry."""
+    of fp32 logits over the whole vocabulary, of a micro-batch's response tokens at most, with what its forward (no
+    gradients) or its checkpointed backward holds per entry. At tp > 1 the runtime's head is vocabulary-parallel: a
+    chunk is ceil(V / tp) columns of up to tp times the tokens, the same bytes when full, fewer when the
+    micro-batch's response tokens do not fill it (charged as one whole-vocabulary chunk: an upper bound)."""
     chunk = max(1, C.LOGPROB_CHUNK_BYTES // (4 * vocab))
     tokens = min(chunk, workload.micro_batch * workload.max_response_tokens)
     per_entry = C.LOGPROB_CHUNK_FORWARD_BYTES_PER_ENTRY
@@ -166,7 +168,8 @@ def optimizer_step_temp_bytes(workload: Workload, opt_bytes: float, arch: ArchSp
     """What the optimizer step holds besides the model states (constants.OPTIMIZER_STEP_TEMP_BYTES_PER_PARAM): per
     parameter it steps (`opt_bytes` / the optimizer's bytes per parameter: ZeRO-sharded as its state), fp32
     gradient copies in mixed precision and Adam's √v temporaries, and one fp32 temporary of the largest tensor (the
-    embedding or head on the first and last stage, whole on every TP rank; else an MLP matrix)."""
+    embedding or head on the first and last stage, charged whole: an upper bound, a TP rank holds ceil(V / tp)
+    rows of them (runtime/parallel.py vocab_range); else an MLP matrix)."""
     per_param = optimizer_bytes_per_param(workload)
     if per_param == 0 and workload.precision == "fp32":
         return 0.0

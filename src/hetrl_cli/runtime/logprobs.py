@@ -8,12 +8,20 @@ gradient), not the micro-batch's [batch, sequence, vocab] logits plus their fp32
 are those of `algorithms.gather_logprobs` over the full logits (the same fp32 log-softmax per row; the head's
 matmul on fewer rows may round differently, within 1e-6).
 
+Under tensor parallelism the head is vocabulary-parallel (parallel.VocabParallelHead): each TP rank makes the
+logits of its vocabulary rows only, and a distributed log-softmax (`_VocabParallelLogProb`: max, sum of
+exponentials and the target's logit, each all-reduced over the TP group) gives every rank the same log-probs.
+Chunks are sized by the widest rank's rows, so every rank runs as many chunks (their collectives pair up).
+
 This module imports torch at the top: only worker processes and tests import it.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
@@ -33,8 +41,42 @@ def chunk_tokens(vocab_size: int, budget_bytes: int = CHUNK_LOGITS_BYTES) -> int
     return max(1, budget_bytes // (4 * vocab_size))
 
 
+class _VocabParallelLogProb(torch.autograd.Function):
+    """log p(targets) from this TP rank's logit columns [c, lo:lo + width] of a vocabulary split over `group`.
+
+    Forward: m = max over all ranks (all-reduce MAX; the result does not depend on it), s = sum of exp(x - m) over
+    all ranks (all-reduce SUM), the target's logit from the rank that holds it (all-reduce SUM of zeros and it):
+    log p = x_t - m - log s. Backward, exact and local: d/dx_j = g (1[j = t] - softmax_j) on this rank's columns
+    (the caller's `enter` sums the input gradient over the group)."""
+
+    @staticmethod
+    def forward(ctx, local: Tensor, targets: Tensor, lo: int, group: Any) -> Tensor:  # type: ignore[override]
+        width = local.shape[-1]
+        inside = (targets >= lo) & (targets < lo + width)
+        index = (targets - lo).clamp(0, width - 1).unsqueeze(-1)
+        top = local.max(dim=-1).values
+        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
+        target = torch.where(inside, local.gather(-1, index).squeeze(-1) - top, 0.0)
+        dist.all_reduce(target, group=group)
+        probs = (local - top.unsqueeze(-1)).exp_()
+        total = probs.sum(dim=-1)
+        dist.all_reduce(total, group=group)
+        probs.div_(total.unsqueeze(-1))
+        ctx.save_for_backward(probs, index, inside)
+        return target - total.log()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+        probs, index, inside = ctx.saved_tensors
+        out = probs.mul(-grad.unsqueeze(-1))
+        out.scatter_add_(-1, index, (grad * inside).unsqueeze(-1))
+        return out, None, None, None
+
+
 def _chunk_logprobs(hidden: Tensor, targets: Tensor, head: nn.Module) -> Tensor:
-    """hidden [c, H], targets [c] -> log p(targets) [c] in fp32."""
+    """hidden [c, H], targets [c] -> log p(targets) [c] in fp32 (a vocabulary-parallel head: over its group)."""
+    if hasattr(head, "local_logits"):
+        return _VocabParallelLogProb.apply(head.local_logits(hidden).float(), targets, head.lo, head.group)
     logits = head(hidden).float()
     return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
@@ -50,7 +92,9 @@ def response_logprobs(
     width = hidden.shape[-1]
     picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, width)).reshape(n * steps, width)
     targets = response.reshape(-1)
-    size = chunk_tokens(head.weight.shape[0], budget_bytes)
+    if hasattr(head, "enter"):  # vocabulary-parallel: the input gradient summed over TP once, not per chunk
+        picked = head.enter(picked)
+    size = chunk_tokens(getattr(head, "widest", head.weight.shape[0]), budget_bytes)
     parts = []
     for lo in range(0, n * steps, size):
         h, t = picked[lo : lo + size], targets[lo : lo + size]

@@ -11,9 +11,15 @@ Tensor parallelism (Megatron-style, explicit autograd functions over the TP sub-
 same code runs on gloo and NCCL): q/k/v and gate/up are column-parallel (output features split by head, by
 intermediate unit), o_proj and down_proj row-parallel (input features split) followed by an all-reduce; the
 input of a column-parallel linear passes an identity whose backward all-reduces. KV heads are split when
-kv % tp == 0 and replicated when tp % kv == 0 (ranks that share a KV head sum its gradient). Embedding,
-norms and heads stay whole on every TP rank: outside the parallel regions activations and gradients are
-equal on all of them. Attention reshapes use -1 heads; the GQA group count is set to the local one.
+kv % tp == 0 and replicated when tp % kv == 0 (ranks that share a KV head sum its gradient). Attention reshapes
+use -1 heads; the GQA group count is set to the local one.
+
+The token embedding and the LM head are vocabulary-parallel (as Megatron's): TP rank r holds rows
+`vocab_range(V, r, tp)` of each (uneven when tp does not divide V; a tied head shares the embedding's slice). The
+embedding looks up the ids it holds, zeros the others and all-reduces; the head's token log-probs come from a
+distributed log-softmax (runtime/logprobs.py), and its module forward (HF `generate`) all-gathers the full
+logits. Norms and a critic's or reward model's scalar head stay whole: outside the parallel regions activations
+and gradients are equal on every TP rank.
 
 Pipeline parallelism (1F1B, `pipeline_train`): stage s holds layers [lo, hi). After a warm-up of forwards each
 stage alternates one forward and one backward, so it holds at most S - s micro-batches' activations (inference
@@ -139,6 +145,124 @@ class RowParallelLinear(nn.Module):
         return out + self.bias if self.bias is not None else out
 
 
+def vocab_range(vocab: int, tp_rank: int, tp: int) -> tuple[int, int]:
+    """Rows [lo, hi) of a vocabulary of `vocab` that TP rank `tp_rank` holds: contiguous, the first vocab % tp
+    ranks one row more (no padding, so every canonical tensor keeps its shape).
+
+    >>> [vocab_range(389, r, 3) for r in range(3)]
+    [(0, 130), (130, 260), (260, 389)]
+    """
+    base, extra = divmod(vocab, tp)
+    lo = tp_rank * base + min(tp_rank, extra)
+    return lo, lo + base + (1 if tp_rank < extra else 0)
+
+
+class _GatherFromTP(torch.autograd.Function):
+    """Forward concatenates every TP rank's last-dimension piece (uneven widths: padded to the widest for the
+    all-gather, then cut); backward keeps this rank's columns of the (TP-identical) gradient."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, group: Any, widths: tuple[int, ...], rank: int) -> Tensor:  # type: ignore[override]
+        ctx.lo, ctx.hi = sum(widths[:rank]), sum(widths[: rank + 1])
+        widest = max(widths)
+        padded = F.pad(x, (0, widest - x.shape[-1])).contiguous()
+        parts = [torch.empty_like(padded) for _ in widths]
+        dist.all_gather(parts, padded, group=group)
+        return torch.cat([part[..., :w] for part, w in zip(parts, widths, strict=True)], dim=-1)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+        return grad[..., ctx.lo : ctx.hi].contiguous(), None, None, None
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Rows [lo, hi) of a token embedding: ids outside them look up zeros, and the partial embeddings are summed
+    over the TP group (each id's row lives on exactly one rank, so the sum is the whole embedding, exactly).
+    Its backward passes the (TP-identical) output gradient through: each rank's rows get the one-process rows'
+    gradient."""
+
+    def __init__(self, embedding: nn.Embedding, lo: int, hi: int, group: Any) -> None:
+        super().__init__()
+        self.lo, self.hi, self.group = lo, hi, group
+        self.num_embeddings, self.embedding_dim = embedding.num_embeddings, embedding.embedding_dim
+        pad = embedding.padding_idx
+        self.padding_idx = pad - lo if pad is not None and lo <= pad < hi else None
+        self.weight = nn.Parameter(embedding.weight.detach()[lo:hi].clone(), embedding.weight.requires_grad)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        outside = (ids < self.lo) | (ids >= self.hi)
+        local = F.embedding((ids - self.lo).masked_fill(outside, 0), self.weight, self.padding_idx)
+        return _ReduceFromTP.apply(local.masked_fill(outside.unsqueeze(-1), 0.0), self.group)
+
+
+class VocabParallelHead(nn.Module):
+    """Rows [lo, hi) of an LM head (of the embedding when tied: the same Parameter), V = `vocab` rows in all.
+
+    `local_logits` gives this rank's logit columns; runtime/logprobs.py turns them into token log-probs with a
+    distributed log-softmax (max, sum-exp and the target's logit all-reduced), never making the full logits.
+    The module's own forward, which HF `generate` calls, all-gathers the full logits instead: the hf engine's
+    seeded sampler (engines/hf.py) draws one Gumbel noise row over the whole vocabulary per sequence from its own
+    generator, so sampling over the distributed softmax would need the noise split by vocabulary range and would
+    no longer reproduce the whole-model engine's tokens; generation's logits are one position per sequence, small
+    next to the weights the sharding saves."""
+
+    def __init__(self, head: nn.Linear, lo: int, hi: int, group: Any, tp_rank: int, tp: int,
+                 weight: nn.Parameter | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.lo, self.hi, self.group, self.tp_rank = lo, hi, group, tp_rank
+        self.vocab = head.weight.shape[0]
+        self.widths = tuple(b - a for a, b in (vocab_range(self.vocab, r, tp) for r in range(tp)))
+        self.weight = weight if weight is not None else nn.Parameter(head.weight.detach()[lo:hi].clone(),
+                                                                     head.weight.requires_grad)  # fmt: skip
+        bias = head.bias
+        self.bias = nn.Parameter(bias.detach()[lo:hi].clone(), bias.requires_grad) if bias is not None else None
+
+    @property
+    def widest(self) -> int:
+        """The most rows any TP rank holds: chunk sizes derive from it, so every rank runs as many chunks."""
+        return max(self.widths)
+
+    def enter(self, x: Tensor) -> Tensor:
+        """`x` into the parallel region: identity forward, its gradient summed over the TP group in backward."""
+        return _CopyToTP.apply(x, self.group)
+
+    def local_logits(self, x: Tensor) -> Tensor:
+        """Logits of this rank's vocabulary rows for an input that went through `enter`."""
+        return F.linear(x, self.weight, self.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return _GatherFromTP.apply(self.local_logits(self.enter(x)), self.group, self.widths, self.tp_rank)
+
+
+def _shard_vocab(model: nn.Module, canon: dict[int, str], pos: Position, group: Any) -> None:
+    """Replace the embedding (first stage) and a causal LM's head (last stage) by their vocabulary slices, in
+    place; a tied head takes the embedding's sliced Parameter where one stage holds both."""
+    inner, head, kind = _named_modules_of(model)
+    embedding = inner.embed_tokens
+    tied = kind == "causal" and head.weight is embedding.weight
+    sliced: nn.Parameter | None = None
+    if pos.first:
+        name = canon[id(embedding.weight)]
+        inner.embed_tokens = VocabParallelEmbedding(embedding, *vocab_range(embedding.num_embeddings, pos.tp_rank,
+                                                                            pos.tp), group)  # fmt: skip
+        sliced = inner.embed_tokens.weight
+        canon[id(sliced)] = name
+    if pos.last and kind == "causal":
+        names = {k: canon[id(p)] for k, p in head.named_parameters()}
+        lo, hi = vocab_range(head.weight.shape[0], pos.tp_rank, pos.tp)
+        model.lm_head = VocabParallelHead(head, lo, hi, group, pos.tp_rank, pos.tp, sliced if tied else None)
+        canon.update({id(p): names[k] for k, p in model.lm_head.named_parameters()})
+
+
+def vocab_slices(model: nn.Module, canon: dict[int, str], tp_rank: int, tp: int) -> dict[str, Slice]:
+    """The vocabulary slices (canonical names) of the embedding and a causal LM's head on TP rank `tp_rank`."""
+    inner, head, kind = _named_modules_of(model)
+    tensors = [inner.embed_tokens.weight]
+    if kind == "causal":
+        tensors.extend(p for p in (head.weight, head.bias) if p is not None)
+    return {canon[id(t)]: (0, *vocab_range(t.shape[0], tp_rank, tp)) for t in tensors}
+
+
 def check_tp(config: Any, tp: int) -> None:
     """Refuse TP degrees the sharding cannot honour, naming the numbers."""
     heads, kv = config.num_attention_heads, config.num_key_value_heads
@@ -238,6 +362,7 @@ class Shard:
             for r in range(pos.tp):
                 for layer in range(n_layers):
                     shard.slices[r].update(tp_slices(config, layer, r, pos.tp))
+                shard.slices[r].update(vocab_slices(model, canon, r, pos.tp))
         bounds = [sum(split[:s]) for s in range(len(split) + 1)]
         stages = len(split)
         shard.stage_names = [_stage_names(model, canon, bounds[s], bounds[s + 1], s, stages) for s in range(stages)]
@@ -249,6 +374,7 @@ class Shard:
                 names = {name: canon[id(p)] for name, p in layer.named_parameters()}
                 _shard_layer(layer, config, pos.tp_rank, pos.tp, par.tp_group)
                 canon.update({id(p): names[name] for name, p in layer.named_parameters()})
+            _shard_vocab(model, canon, pos, par.tp_group)
         if len(split) > 1:
             inner.layers = nn.ModuleList(list(inner.layers)[lo:hi])
             inner.config = copy.deepcopy(config)
@@ -289,7 +415,7 @@ class Shard:
 
     @property
     def lm_head(self) -> nn.Module:
-        """The causal LM's head (whole on every TP rank), for callers of a `head_outside` forward."""
+        """The causal LM's head (a VocabParallelHead under TP), for callers of a `head_outside` forward."""
         return self.model.lm_head
 
     # gradients ---------------------------------------------------------------------------------------
@@ -306,9 +432,9 @@ class Shard:
         return pos.tp_rank == first
 
     def reduce_gradients(self, dp_group: Any, dp_size: int) -> None:
-        """Make every held gradient the full-batch gradient of the full model: (1) sum replicated KV heads
-        over the TP group; (2) sum over the DP group (every rank of equal TP index in the task, all stages),
-        which also adds a tied head's gradient (last stage) to the embedding's (stage 0)."""
+        """Make every held gradient the full-batch gradient of the full model: (1) sum replicated KV heads and
+        per-head q/k norms over the TP group; (2) sum over the DP group (every rank of equal TP index in the task,
+        all stages), which also adds a tied head's gradient (last stage) to the embedding's (stage 0)."""
         from hetrl_cli.runtime.comm import allreduce_gradients
 
         for _, p in self.held:
@@ -318,6 +444,8 @@ class Shard:
         config = self.model.config
         if pos.tp > 1 and pos.tp > config.num_key_value_heads:
             self._sum_shared_kv()
+        if pos.tp > 1:
+            self._sum_head_norms()
         layout = None
         if len(self.stage_names) > 1:
             layout = [(n, self._local_shape(n)) for n in self.full_shapes]
@@ -329,6 +457,19 @@ class Shard:
         if sl is not None:
             shape[sl[0]] = sl[2] - sl[1]
         return tuple(shape)
+
+    def _sum_head_norms(self) -> None:
+        """Qwen3's per-head q/k norms are whole on every TP rank but applied to its heads only: each rank's
+        gradient is its heads' part, so the one-process gradient is their sum over the TP group."""
+        norms = [p for n, p in self.held if n.endswith((".q_norm.weight", ".k_norm.weight"))]
+        if not norms:
+            return
+        flat = torch.cat([p.grad.reshape(-1) for p in norms])
+        dist.all_reduce(flat, group=self.par.tp_group)
+        offset = 0
+        for p in norms:
+            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p.grad))
+            offset += p.numel()
 
     def _sum_shared_kv(self) -> None:
         pos = self.par.pos
@@ -356,7 +497,7 @@ class Shard:
         squares = torch.zeros((), dtype=torch.float64, device=self.held[0][1].device if self.held else "cpu")
         for name, p in self.held:
             if p.grad is not None and self.owned(name):
-                squares += p.grad.detach().double().pow(2).sum()
+                squares += p.grad.detach().to(torch.float64, copy=True).pow_(2).sum()  # one fp64 temporary, not two
         if self.par.mp_size > 1:
             dist.all_reduce(squares, group=self.par.mp_group)
         norm = float(squares.sqrt())

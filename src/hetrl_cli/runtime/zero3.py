@@ -264,7 +264,7 @@ class Zero3Shard(Shard):
 
     def _sum_tied(self, name: str, dp_group: Any) -> None:
         size = self.zero.size
-        chunk = -(-_numel(self.full_shapes[name]) // size)
+        chunk = -(-_numel(self._local_shape(name)) // size)  # its TP slice: tied vocabulary rows
         held = self.held[0][1]
         rows = torch.zeros((size, chunk), dtype=held.dtype, device=held.device)
         unit = next((u for u in self.units if u.names == [name]), None)
