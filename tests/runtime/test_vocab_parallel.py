@@ -251,21 +251,30 @@ def _zero3_tp_pp_worker(*args: object) -> None:
 
 
 @pytest.mark.slow
-def test_zero3_with_tp_and_pp_and_a_tied_vocabulary_slice(tiny_dir: Path, tmp_path: Path) -> None:
-    """zero3 over 2 replicas of TP 2 x PP 2 (8 ranks): the tied embedding/head is a vocabulary slice held by the
-    first and the last stage, its chunk summed between them (runtime/zero3.py `_sum_tied` sizes it by the slice,
-    not the full tensor). test_sharding's zero3 worker: gradients and optimizer state equal the same layout
-    unsharded, the first update's gradient norm and the tied slice's weights equal one process, each rank holds
-    only its chunks, a restored checkpoint continues exactly, the chunk pieces tile every tensor."""
+@pytest.mark.parametrize("shape", ["dp2xtp2xpp2", "dp2xtp2-qwen3"])
+def test_zero3_with_vocabulary_slices_equals_unsharded(tiny_dir: Path, tmp_path: Path, shape: str) -> None:
+    """zero3 over 2 replicas with TP 2, test_sharding's zero3 worker. dp2xtp2xpp2 (8 ranks, the tiny model): the
+    tied embedding/head is a vocabulary slice held by the first and the last stage, its chunk summed between them
+    (runtime/zero3.py `_sum_tied` sizes it by the slice, not the full tensor). dp2xtp2-qwen3 (4 ranks, Qwen3 with
+    its KV heads split): the per-head q/k norms' gradients are summed over TP as unsharded TP sums them.
+    Gradients and optimizer state equal the same layout unsharded, the first update's gradient norm and the
+    embedding equal one process, each rank holds only its chunks, a restored checkpoint continues exactly, the
+    chunk pieces tile every tensor."""
     from . import test_sharding
 
+    model_dir = tiny_dir
+    if shape.endswith("qwen3"):
+        model_dir = _hf_model(tiny_dir, tmp_path / "qwen3", "qwen3", tied=True)
+    grids = ZERO3_TP_PP if shape == "dp2xtp2xpp2" else test_sharding.SHAPES["dp2xtp2"]
+    world = sum(len(stage) for grid, _, _ in grids for stage in grid)
+    spans = ((0, 2), (2, 8))  # apportion(0.25, 0.75) of the 8 sequences
     task = TaskLayout("actor_train", tuple(
-        ReplicaLayout(grid, split, span) for (grid, split, _), span in zip(ZERO3_TP_PP, ((0, 2), (2, 8)), strict=True)
+        ReplicaLayout(grid, split, span) for (grid, split, _), span in zip(grids, spans, strict=True)
     ))  # fmt: skip
-    mp.spawn(_zero3_tp_pp_worker, args=(free_port(), "dp2xtp2xpp2", False, "fp32", str(tiny_dir), str(tmp_path)),
-             nprocs=8, join=True)  # fmt: skip
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(8)]
-    single = test_sharding._single(tiny_dir)
+    mp.spawn(_zero3_tp_pp_worker, args=(free_port(), shape.removesuffix("-qwen3"), False, "fp32", str(model_dir),
+                                        str(tmp_path)), nprocs=world, join=True)  # fmt: skip
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
+    single = test_sharding._single(model_dir)
     for result in ranks:
         assert result["kind"] == "Zero3Shard" and result["module_bytes"] == 0
         assert result["held_numel"] / 2 <= result["chunk_numel"] <= result["held_numel"] / 2 + 6

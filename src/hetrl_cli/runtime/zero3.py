@@ -203,14 +203,16 @@ class Zero3Shard(Shard):
             p.register_post_accumulate_grad_hook(accumulated)
 
     def _sum_shared_kv(self, names: set[str] | None = None) -> None:
-        """Replicated KV heads (TP > KV heads): sum the gradients of `names`' k/v projections over TP."""
+        """Replicated KV heads (TP > KV heads) and per-head q/k norms: sum `names`' gradients over TP."""
         pos = self.par.pos
-        if pos.tp <= 1 or pos.tp <= self.model.config.num_key_value_heads:
+        if pos.tp <= 1:
             return
         held = self.held
         self.held = [(n, p) for n, p in held if names is None or n in names]
         try:
-            super()._sum_shared_kv()
+            if pos.tp > self.model.config.num_key_value_heads:
+                super()._sum_shared_kv()
+            self._sum_head_norms()
         finally:
             self.held = held
 
