@@ -19,11 +19,20 @@ are the update's own forward, detached), Adam(W) at lr 1e-5 with no weight decay
 Step time = wall time between consecutive step lines as they arrive (hetrl's report phase included; TRL's
 logging included); also the CPU seconds of the working process. Rounds run the three sides in a rotating
 order, so the machine's noise hits each alike; medians over the steps after `--warmup` of every round, and the
-median of the per-round ratios. Per-phase medians: hetrl's metrics.jsonl `seconds`, the loop's own timers, TRL's
-`_generate_and_score_completions` (generation + reward + reference) and the rest of its step.
+median of the per-round ratios. Per-phase medians: hetrl's metrics.jsonl `seconds` (and `weight_sync_s`), the
+loop's own timers, TRL's `_generate_and_score_completions` (generation + reward + reference) and the rest of its
+step.
 
-    .venv/bin/python bench/run_vs_loop.py [--rounds 5] [--steps 12] [--warmup 2] [--cpus 0]   # ~8 min on 2 cores
-    (--cpus 0: every side pinned to core 0, one torch thread each: steadier on a box others load)
+Per-phase CPU seconds (`--cpu-rounds`, before the wall rounds, rotating alike): the same three commands with a
+`sitecustomize` on PYTHONPATH that makes `time.perf_counter` return `time.process_time` in every process they
+start, so each side's own phase timers (hetrl's worker Timer, the loop's, TRL's wrapper) count the working
+process's CPU seconds (all its threads) instead of wall time. Nothing else changes: `hetrl run` launches its
+worker as always (the variable reaches it through the launcher's environment). CPU seconds are what a shared box
+disturbs least; they show how much of a phase is each side's own work rather than waiting for a core.
+
+    .venv/bin/python bench/run_vs_loop.py [--rounds 5] [--steps 12] [--warmup 2] [--cpus 0] [--cpu-rounds 2]
+    (~10 min on 2 idle cores; --cpus 0: every side pinned to core 0, one torch thread each: steadier on a box
+    others load)
     → bench/results/run_vs_loop.json (docs/benchmarks.md quotes it)
 """
 
@@ -58,6 +67,11 @@ BENCH_CONFIG = {
     "max_position_embeddings": 512,
 }
 PHASES = ("generation", "reference", "actor_train")
+HETRL_PHASES = (*PHASES, "reward", "rollout_transfer", "experience_transfer")
+CPU_CLOCK = (
+    "import time\n\n"
+    "time.perf_counter = time.process_time  # bench/run_vs_loop.py --cpu-rounds: phase timers count CPU seconds\n"
+)
 
 
 # ---- the shared inputs ---------------------------------------------------------------------------------------
@@ -184,7 +198,16 @@ def trl_main(work: Path, steps: int) -> None:
 # ---- the driver ------------------------------------------------------------------------------------------------
 
 
-def hetrl_round(pin: list[str], work: Path, steps: int, warmup: int, index: int) -> dict:
+def cpu_clock_prefix(work: Path) -> list[str]:
+    """`env PYTHONPATH=DIR:...` where DIR holds a sitecustomize making time.perf_counter the process CPU clock."""
+    folder = work / "cpuclock"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(CPU_CLOCK)
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    return ["env", f"PYTHONPATH={path}"]
+
+
+def hetrl_round(pin: list[str], work: Path, steps: int, warmup: int, index: str) -> dict:
     run_dir = work / f"hetrl-{index}"
     argv = [*pin, HETRL, "run", str(work / "plan.json"), "--steps", str(steps), "--run-dir", str(run_dir), "--engine",
             "hf", "--plain"]  # fmt: skip
@@ -195,7 +218,10 @@ def hetrl_round(pin: list[str], work: Path, steps: int, warmup: int, index: int)
         "period_s": run_overhead.periods(stamps, warmup),
         "cpu_s": run_overhead.periods(cpu, warmup),
         "worker_step_s": [m["step_s"] for m in metrics[warmup:]],
-        "phases": [{p: m["seconds"].get(p, 0.0) for p in (*PHASES, "reward")} for m in metrics[warmup:]],
+        "phases": [
+            {p: m["seconds"].get(p, 0.0) for p in HETRL_PHASES} | {"weight_sync": m["weight_sync_s"]}
+            for m in metrics[warmup:]
+        ],
         "tokens": [m["response_tokens"] for m in metrics[warmup:]],
     }
 
@@ -211,8 +237,9 @@ def script_round(python: list[str], flag: str, work: Path, steps: int, warmup: i
             "phases": [json.loads(line.split(" phases ", 1)[1]) for line in lines][warmup:]}  # fmt: skip
 
 
-def run_round(side: str, work: Path, args: argparse.Namespace, index: int) -> dict:
-    pin = ["taskset", "-c", args.cpus] if args.cpus else []
+def run_round(side: str, work: Path, args: argparse.Namespace, index: str, cpu_clock: bool = False) -> dict:
+    """One run of `side`; `cpu_clock`: its phase timers count CPU seconds (cpu_clock_prefix)."""
+    pin = (cpu_clock_prefix(work) if cpu_clock else []) + (["taskset", "-c", args.cpus] if args.cpus else [])
     if side == "hetrl":
         return hetrl_round(pin, work, args.steps, args.warmup, index)
     if side == "loop":
@@ -228,6 +255,7 @@ def main() -> None:
     parser.add_argument("--no-trl", action="store_true", help="hetrl and the hand loop only")
     parser.add_argument("--out", type=Path, default=OUT, help="where the results go (JSON)")
     parser.add_argument("--cpus", help="run every side under `taskset -c CPUS` (each then uses that many threads)")
+    parser.add_argument("--cpu-rounds", type=int, default=2, help="extra rounds timing each phase in CPU seconds")
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trl", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -239,16 +267,21 @@ def main() -> None:
     if "trl" in sides and not TRL_PYTHON.exists():
         raise SystemExit(f"{TRL_PYTHON} is missing: run `make setup-bench` (or pass --no-trl)")
     runs: dict[str, list[dict]] = {side: [] for side in sides}
+    cpu_runs: dict[str, list[dict]] = {side: [] for side in sides}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="hetrl-run-vs-loop-") as tmp:
         work = Path(tmp)
         write_plan(bench_workload(build_model(work / "model")), work / "plan.json")
-        for r in range(args.rounds):
+        for r in range(args.cpu_rounds + args.rounds):  # CPU-clock rounds first: a failure there shows early
+            cpu_clock = r < args.cpu_rounds
             for side in sides[r % len(sides) :] + sides[: r % len(sides)]:
-                started = time.monotonic()
-                runs[side].append(run_round(side, work, args, r))
-                print(f"round {r + 1} {side}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
-    write_results(args, runs, load_before)
+                started, load = time.monotonic(), os.getloadavg()[0]
+                result = run_round(side, work, args, f"cpu{r}" if cpu_clock else str(r), cpu_clock)
+                (cpu_runs if cpu_clock else runs)[side].append(result | {"load_1min": load})
+                kind = "cpu-clock round" if cpu_clock else "round"
+                print(f"{kind} {r + 1} {side}: {time.monotonic() - started:.1f} s (load {load:.1f})", file=sys.stderr,
+                      flush=True)  # fmt: skip
+            write_results(args, runs, load_before, cpu_runs)  # after every round: a long run interrupted keeps them
 
 
 def _median(values: list[float]) -> float:
@@ -256,7 +289,20 @@ def _median(values: list[float]) -> float:
     return statistics.median(finite) if finite else math.nan
 
 
-def write_results(args: argparse.Namespace, runs: dict[str, list[dict]], load_before: tuple[float, ...]) -> None:
+def _phase_medians(runs: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
+    phases = {}
+    for side, rs in runs.items():
+        names = sorted({name for r in rs for ph in r["phases"] for name in ph})
+        phases[side] = {name: _median([ph[name] for r in rs for ph in r["phases"] if name in ph]) for name in names}
+    return phases
+
+
+def write_results(
+    args: argparse.Namespace,
+    runs: dict[str, list[dict]],
+    load_before: tuple[float, ...],
+    cpu_runs: dict[str, list[dict]] | None = None,
+) -> None:
     step = {side: _median([p for r in rs for p in r["period_s"]]) for side, rs in runs.items()}
     cpu = {side: _median([p for r in rs for p in r["cpu_s"]]) for side, rs in runs.items()}
     per_round = {side: [_median(r["period_s"]) for r in rs] for side, rs in runs.items()}
@@ -265,10 +311,7 @@ def write_results(args: argparse.Namespace, runs: dict[str, list[dict]], load_be
         pairs = [h / o for h, o in zip(per_round["hetrl"], per_round[other], strict=True)]
         ratios[f"hetrl/{other}"] = {"pooled": step["hetrl"] / step[other], "per_round": pairs,
                                     "per_round_median": _median(pairs), "cpu": cpu["hetrl"] / cpu[other]}  # fmt: skip
-    phases = {}
-    for side, rs in runs.items():
-        names = sorted({name for r in rs for ph in r["phases"] for name in ph})
-        phases[side] = {name: _median([ph[name] for r in rs for ph in r["phases"] if name in ph]) for name in names}
+    phases = _phase_medians(runs)
     result = {
         "command": "python bench/run_vs_loop.py " + " ".join(sys.argv[1:]),
         "cpus": args.cpus or "all",
@@ -286,9 +329,19 @@ def write_results(args: argparse.Namespace, runs: dict[str, list[dict]], load_be
         "per_round_step_s": per_round,
         "phase_s_median": phases,
         "tokens_per_step_median": {side: _median([t for r in rs for t in r["tokens"]]) for side, rs in runs.items()},
+        "load_1min_per_round": {side: [r["load_1min"] for r in rs] for side, rs in runs.items()},
     }
+    if cpu_runs and any(cpu_runs.values()):
+        result["cpu_clock"] = {
+            "rounds": args.cpu_rounds,
+            "what": "phase timers on time.process_time (sitecustomize): each phase's CPU seconds, all threads",
+            "phase_cpu_s_median": _phase_medians(cpu_runs),
+            "cpu_s_per_step_median": {s: _median([c for r in rs for c in r["cpu_s"]]) for s, rs in cpu_runs.items()},
+            "load_1min_per_round": {side: [r["load_1min"] for r in rs] for side, rs in cpu_runs.items()},
+        }
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("step_s_median", "ratios", "phase_s_median")}, indent=2))
+    print(json.dumps({k: result[k] for k in ("step_s_median", "ratios", "phase_s_median", "cpu_clock") if k in result},
+                     indent=2))  # fmt: skip
 
 
 def _parameters() -> int:

@@ -48,11 +48,28 @@ def test_the_bench_model_and_plan(bench, tmp_path: Path) -> None:
     assert not supported(plan, "hf")
 
 
+def test_the_cpu_clock_makes_perf_counter_count_cpu_seconds(bench, tmp_path: Path) -> None:
+    """--cpu-rounds: a child started under the prefix times a 0.5 s sleep as (almost) nothing, a busy loop as
+    the CPU it took; the phase timers of every side read time.perf_counter."""
+    code = (
+        "import time\n"
+        "t = time.perf_counter(); time.sleep(0.5); slept = time.perf_counter() - t\n"
+        "t, c = time.perf_counter(), time.process_time(); sum(range(3_000_000))\n"
+        "print(slept, time.perf_counter() - t, time.process_time() - c)\n"
+    )
+    out = subprocess.run([*bench.cpu_clock_prefix(tmp_path), sys.executable, "-c", code], capture_output=True,
+                         text=True, check=True, timeout=60).stdout.split()  # fmt: skip
+    slept, busy, cpu = map(float, out)
+    assert slept < 0.05
+    assert busy > 0 and abs(busy - cpu) < 0.02
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not TRL_PYTHON.exists(), reason="no .venv-bench (make setup-bench)")
 def test_one_round_of_all_three_sides(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    argv = [sys.executable, str(REPO / "bench" / "run_vs_loop.py"), "--rounds", "1", "--steps", "3", "--warmup", "1"]
+    argv = [sys.executable, str(REPO / "bench" / "run_vs_loop.py"), "--rounds", "1", "--steps", "3", "--warmup", "1",
+            "--cpu-rounds", "1"]  # fmt: skip
     result = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
@@ -61,3 +78,6 @@ def test_one_round_of_all_three_sides(tmp_path: Path) -> None:
     assert set(data["ratios"]) == {"hetrl/loop", "hetrl/trl"}
     assert {"generation", "reference", "actor_train"} <= set(data["phase_s_median"]["hetrl"])
     assert {"generation_scoring", "train"} == set(data["phase_s_median"]["trl"])
+    cpu = data["cpu_clock"]["phase_cpu_s_median"]  # the phases again, timed in CPU seconds
+    assert {"generation", "reference", "actor_train", "weight_sync"} <= set(cpu["hetrl"])
+    assert {"generation_scoring", "train"} == set(cpu["trl"]) and cpu["loop"]["generation"] > 0

@@ -286,7 +286,7 @@ class Zero3Shard(Shard):
                 continue
             for name, lo, hi in self._my_ranges(unit):
                 if self.owned(name):
-                    squares += grad[lo:hi].double().pow(2).sum()
+                    squares += grad[lo:hi].to(torch.float64, copy=True).pow_(2).sum()
         dist.all_reduce(squares, group=self.zero.group)
         if self.par.mp_size > 1:
             dist.all_reduce(squares, group=self.par.mp_group)
