@@ -1,7 +1,8 @@
 """engines/vllm_tp.py's two roles over a real 2-rank gloo group, with a stand-in for the leader's vLLM engine (the
 real one runs in test_vllm_tp_run.py, where .venv-vllm exists): the follower gets the leader's tokens and
-checksum over the plan's TP group, lets the sync's buckets pass through, mirrors sleep/wake, and a TP group whose
-ranks are on two hosts is refused with one line before vLLM is touched."""
+checksum over the plan's TP group, lets the sync's buckets pass through, mirrors sleep/wake, both sleep when
+either rank shares its device with other tasks, and a TP group whose ranks are on two hosts is refused with one
+line before vLLM is touched."""
 
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ def _roles_worker(rank: int, port: int, out: str) -> None:
 
     group = _group(rank, port)
     engine = ReplicaLeader(FakeVLLM(), 0, group) if rank == 0 else ReplicaFollower(2, 0, group, "cpu")
+    sleeps = engine.replica_colocated(rank == 1)  # only the follower's rank shares its device with training
     drained: list[int] = []
 
     def sync():  # the sync channel's stream: every bucket is taken on every rank
@@ -73,7 +75,7 @@ def _roles_worker(rank: int, port: int, out: str) -> None:
     asleep = engine.memory_report().asleep
     engine.wake()
     result = {"tokens": tokens, "checksum": engine.weights_checksum(), "drained": drained, "asleep": asleep,
-              "describe": engine.describe()}  # fmt: skip
+              "describe": engine.describe(), "sleeps": sleeps}  # fmt: skip
     Path(out, f"rank-{rank}.json").write_text(json.dumps(result))
 
 
@@ -83,6 +85,7 @@ def test_the_follower_gets_the_leaders_tokens_and_lets_the_buckets_pass(tmp_path
     assert leader["tokens"] == follower["tokens"] == [[6, 9, 3], [7, 9, 3]]
     assert leader["checksum"] == follower["checksum"] == "loaded-3"
     assert leader["drained"] == follower["drained"] == [0, 1, 2]
+    assert leader["sleeps"] and follower["sleeps"]  # vLLM's worker on the follower's device must sleep too
     assert follower["asleep"] == 0  # on CPU as the leader's engine: vLLM has no sleep mode there
     assert leader["describe"]["vllm_tp"] == [[0, 2], [1, 2]] and leader["describe"]["role"] == "leader"
     assert follower["describe"] == {"name": "vllm", "tp": 2, "executor": "mp", "role": "follower", "leader": 0}

@@ -135,6 +135,11 @@ class RolloutEngine(ABC):
         """Whether sleep() frees device memory here (vLLM's sleep mode needs a GPU build)."""
         return True
 
+    def replica_colocated(self, colocated: bool) -> bool:
+        """Whether the engine sleeps between rollouts, given whether this rank shares its device with other tasks:
+        that answer (default); an engine spread over several ranks' devices answers for all of them (vllm_tp)."""
+        return colocated
+
     def describe(self) -> dict[str, Any]:
         """What this rank's engine is, for the run's events log (vllm adds its TP shape as vLLM reports it)."""
         return {"name": self.name}

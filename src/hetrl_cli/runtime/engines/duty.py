@@ -135,5 +135,5 @@ def duty_for(generator: Any, tasks: Any, offloads: Any, precision: str) -> Engin
 
     if generator is None:
         return None
-    colocated = len(set(tasks)) > 1 and "generation" not in offloads
+    colocated = generator.engine.replica_colocated(len(set(tasks)) > 1 and "generation" not in offloads)
     return EngineDuty(generator.engine, colocated, torch_dtype(precision), sync_bucket_bytes())

@@ -20,8 +20,9 @@ to transformers' after the update).
 What stays as without TP: weights go to the leader's engine in the workload's precision in bounded buckets
 (`VLLMEngine.load_weights`: one bucket pickled to the workers at a time, each loads its own TP slice); the KV budget
 is the plan's, per device (the smallest the replica's ranks get from engines/budget.py, since every vLLM worker
-gets the same); colocated on CUDA, the leader's `sleep`/`wake` put every TP worker to sleep and wake it (vLLM's
-collective RPC), and the other ranks keep the same state so the worker's sleep/wake order is the same on each.
+gets the same); colocated on CUDA (any rank of the replica sharing its device with other tasks: one vLLM worker
+runs on each), the leader's `sleep`/`wake` put every TP worker to sleep and wake it (vLLM's collective RPC), and
+the other ranks keep the same state so the worker's sleep/wake order is the same on each.
 
 Limits: vLLM's multiprocessing executor starts its workers on one host, so a TP replica whose devices span hosts is
 refused (one line at build; the registry's `tp_hosts`). The other TP ranks still receive the synced weights, as
@@ -93,6 +94,15 @@ def _smallest(values: list[int | None]) -> int | None:
     return None if any(v is None for v in values) else min(values)  # type: ignore[type-var]
 
 
+def _any_rank(flag: bool, tp: int, group: Any) -> bool:
+    """Whether `flag` holds on any TP rank of the replica (every rank calls it)."""
+    import torch.distributed as dist
+
+    flags: list[Any] = [None] * tp
+    dist.all_gather_object(flags, bool(flag), group=group)
+    return any(flags)
+
+
 def _from_leader(value: Any, leader: int, group: Any) -> Any:
     """`value` of the replica's leader on every TP rank (a small object: token ids, a checksum)."""
     import torch.distributed as dist
@@ -121,6 +131,11 @@ class ReplicaLeader(RolloutEngine):
     @property
     def can_sleep(self) -> bool:
         return self.engine.can_sleep
+
+    def replica_colocated(self, colocated: bool) -> bool:
+        """The replica's vLLM sleeps when any of its ranks shares its device with other tasks (one vLLM worker runs
+        on each rank's device)."""
+        return _any_rank(colocated, self.engine.tp, self.group)
 
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[list[int]]:
         return _from_leader(self.engine.generate(prompts, sampling), self.leader, self.group)
@@ -166,6 +181,9 @@ class ReplicaFollower(RolloutEngine):
     @property
     def can_sleep(self) -> bool:
         return self.device.startswith("cuda")  # as the leader's engine: vLLM's sleep mode needs CUDA
+
+    def replica_colocated(self, colocated: bool) -> bool:
+        return _any_rank(colocated, self.tp, self.group)
 
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[list[int]]:
         if self.asleep:
