@@ -740,19 +740,25 @@ def search_space(
 
 
 ESTIMATE_POOLS = 6
-"""Pools `estimate_s` scores every subset on (a seeded sample) to time the tables."""
-SEARCH_S_PER_COLUMN = 2e-4
-"""Seconds of leaf MILPs per column x[S,P] summed over the groupings: 2e-4 to 1.3e-3 (median 5.7e-4) on 9
-settings of the uneven suite solved without a cutoff; with the hybrid's plan as cutoff (as `--solver ilp` runs)
-about a third of that (u07, u16, u18: 4e-4 overestimated the ILP's seconds 1.65-1.93x)."""
+"""Pools `estimate_s` scores every subset on (a seeded sample) to learn which subsets fit which pools."""
+TABLE_S_PER_ENTRY = 7.4e-4
+"""CPU seconds of the ILP's tables per (pool, subset) entry, pair tables included (`build_space` inside
+`--solver ilp`, after the hybrid's start): 2.2e-4 to 1.2e-3, median 7.4e-4, on the 9 full-ILP settings of the
+uneven suite (bench/hybrid_uneven.py). A rate, not a timing: timing a sample of pools (before) moved with the
+machine's load and overestimated 2-6x where later pools hit the cost model's memo warmed by the earlier ones."""
+SEARCH_S_PER_COLUMN = 7e-5
+"""CPU seconds of leaf MILPs per column x[S,P] summed over the groupings, with the hybrid's plan as cutoff (as
+`--solver ilp` runs): 2.4e-5 to 6.5e-4, median 1.0e-4, on the same 9 settings; 7e-5 with the tables' rate puts
+the most of them within 2x of the measured total."""
 
 
 def estimate_s(tables: Tables, granularity: Granularity) -> float:
-    """auto's estimate of the ILP's seconds (its tables and leaf MILPs; the hybrid's start is budgeted apart):
-    every subset's group option on ESTIMATE_POOLS pools drawn with a fixed seed, timed and scaled to all
-    pools (their cost-model calls are alike; the sample's entries stay cached for the real run); the pair
-    tables (`_pairs_s`); the leaves' columns (Σ over groupings of the pools each group can take, from the
-    sample's feasibility) at SEARCH_S_PER_COLUMN each. Timed on this machine as it is loaded now."""
+    """auto's estimate of the ILP's CPU seconds (its tables and leaf MILPs; the hybrid's start is budgeted
+    apart), counted in work units at rates measured once (no timing, so the machine's load does not move it):
+    the tables' entries (pools × subsets) at TABLE_S_PER_ENTRY, and the leaves' columns (Σ over groupings of the
+    pools each group can take, from which subsets fit ESTIMATE_POOLS sampled pools; their entries stay cached
+    for the real run) at SEARCH_S_PER_COLUMN. On an idle machine CPU seconds are the ILP's wall seconds (one
+    thread)."""
     import random
 
     rng = random.Random(0)
@@ -761,38 +767,10 @@ def estimate_s(tables: Tables, granularity: Granularity) -> float:
     subsets = sorted({g for gs in all_groupings for g in gs}, key=lambda s: (len(s), s))
     sample = rng.sample(pools, min(ESTIMATE_POOLS, len(pools)))
     feasible: dict[Subset, int] = dict.fromkeys(subsets, 0)
-    role_share: dict[str, float] = {}
-    start = time.monotonic()
     for pool in sample:
         devices = allocate(tables.classes, [pool])[0]
-        held = [i for i, s in enumerate(subsets) if tables.group_option(s, devices) is not None]
-        for i in held:
-            feasible[subsets[i]] += 1
-        held_options: dict = dict.fromkeys((i, 0) for i in held)  # _roles reads the keys only
-        for role, members in _roles(IlpSpace(granularity, [pool], all_groupings, subsets, held_options)).items():
-            role_share[role] = role_share.get(role, 0.0) + len(members) / len(sample)
-    per_pool = (time.monotonic() - start) / len(sample)
+        for s in subsets:
+            feasible[s] += tables.group_option(s, devices) is not None
     uses = {s: sum(s in g for g in all_groupings) for s in subsets}
     columns = sum(feasible[s] / len(sample) * len(pools) * uses[s] for s in subsets)
-    return per_pool * len(pools) + _pairs_s(tables, pools, role_share, rng) + columns * SEARCH_S_PER_COLUMN
-
-
-def _pairs_s(tables: Tables, pools: list[Pool], role_share: dict[str, float], rng) -> float:
-    """The pair tables' seconds as `_fill_pairs` builds them: per kind of pair cost, the share of pools in
-    each of its two roles (from the sample) × the capacity-compatible share of pool pairs (400 drawn) ×
-    pools² × one pair cost's seconds (timed on up to 8 of the drawn pairs)."""
-    drawn = [(rng.choice(pools), rng.choice(pools)) for _ in range(400)]
-    fits = [(a, b) for a, b in drawn if _compatible(tables.classes, a, b)]
-    if not fits:
-        return 0.0
-    start = time.monotonic()
-    for a, b in fits[:8]:
-        da, db = allocate(tables.classes, [a, b])
-        tables.pair_cost(PairSpec("pair", 0, 0, 0.0, role="actor"), da, db)
-    per_pair = (time.monotonic() - start) / len(fits[:8])
-    specs = [spec for g in groupings(tables.tasks) for spec in tables.pair_specs(g)]
-    experience = {spec.nbytes for spec in specs if spec.boundary == 1 and not spec.weight_sync}
-    kinds = [(f"{role}_train_apart", f"{role}_infer_apart") for role in SYNCED]
-    kinds += [("gen", "not_gen")] + [("not_gen", "trainer")] * len(experience)
-    share = sum(role_share.get(a, 0.0) * role_share.get(b, 0.0) for a, b in kinds)
-    return share * len(fits) / len(drawn) * len(pools) ** 2 * per_pair
+    return len(pools) * len(subsets) * TABLE_S_PER_ENTRY + columns * SEARCH_S_PER_COLUMN
