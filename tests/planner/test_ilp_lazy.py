@@ -247,3 +247,37 @@ def test_auto_counts_the_cost_sweeps_ilps(monkeypatch):
     plan = make_plan(priced, w, solver="ilp", budget_s=60, objective="cost")
     steps = int(plan.solver.note.split("cost sweep: ")[1].split()[0])
     assert 1 <= steps <= expected_steps(t, gran)
+
+
+@pytest.mark.parametrize("arch", ["qwen3-1.7b", "qwen3-8b"])
+def test_the_weight_sync_floor_is_below_every_sync(arch):
+    """bound.sync_floor: a grouping's weight syncs at their least (groups apart: a broadcast at the fastest link;
+    one group: the less of that and a local reshard + refit) ≤ the cost model's sync between any device sets
+    of that kind (disjoint for groups apart, overlapping or equal for one group), on the uneven cluster; and
+    the WAN floor where the inference devices hold a region the trainer's do not."""
+    from hetrl_cli.planner.bound import sync_floor, sync_floors
+
+    w = Workload(algorithm="grpo", mode="sync", actor=ModelSpec(arch=arch), reward=ModelSpec(arch="qwen3-0.6b"))
+    t = tables_for(cluster("uneven", UNEVEN), w)
+    apart = sync_floor(t, (("generation",), ("reference", "reward", "actor_train")))
+    together = sync_floor(t, (("generation", "reference", "reward", "actor_train"),))
+    assert 0 < together <= apart
+    [split] = sync_floors(t, (("generation",), ("reference", "reward", "actor_train")))
+    wan = split.wan
+    assert wan > 5 * apart  # 1 Gbps WAN against NVLink
+    crossed = 0
+    devices = [d for c in t.classes for host in c.devices for d in host]
+    rng = random.Random(0)
+    for _ in range(60):
+        rng.shuffle(devices)
+        k = rng.randint(1, len(devices) - 1)
+        train, gen = devices[:k], devices[k : rng.randint(k + 1, len(devices))]
+        assert apart <= t.cm.weight_sync_s(train, gen, "actor") * (1 + 1e-9)
+        shared = train[: rng.randint(1, len(train))] + gen[: rng.randint(0, len(gen))]
+        assert together <= t.cm.weight_sync_s(train, shared, "actor") * (1 + 1e-9)
+        assert together <= t.cm.weight_sync_s(train, train, "actor") * (1 + 1e-9)
+        region = {d: c.region for c in t.classes for host in c.devices for d in host}
+        if {region[d] for d in gen} - {region[d] for d in train}:  # the copy crosses into a region
+            assert wan <= t.cm.weight_sync_s(train, gen, "actor") * (1 + 1e-9)
+            crossed += 1
+    assert crossed > 5

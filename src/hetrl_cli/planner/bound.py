@@ -29,7 +29,10 @@ Why each floor is ≤ the cost model's time of the task, on any device set of th
 - **Memory**: every device a task uses holds its shard of the weights (+ gradients when training; the
   optimizer states may be offloaded) within its usable memory, and the shards add up to at least the
   model's, so a group's devices hold Σ usable ≥ the largest of its tasks' (the cheap bound ignores this).
-- Weight syncs, transfers and the rule-based reward's floor are ≥ 0 (the floor is kept).
+- **Weight syncs** (`sync_floors`): each sync's per-tensor host work at the least host slowdown, plus its
+  bytes: between groups (disjoint devices) a broadcast at the fastest link, at the fastest link between
+  regions where the inference group holds a region the training group does not; in one group the less of
+  that and a local reshard + the colocated refit. Transfers and the rule-based reward's floor are ≥ 0.
 
 Each floor A/L(n) is convex in the counts, so per grouping the minimum of the composed iteration over
 integer counts is bounded from below by a MILP of tangent cuts (Kelley): every tangent lies under its
@@ -241,9 +244,75 @@ def _cheap(floor: TaskFloor, all_counts) -> float:
     return floor.const + best + sum(r.value(all_counts) for r in floor.added)
 
 
-def compose_floor(tables, grouping: tuple[Subset, ...], task_s: list[dict[TaskName, float]]) -> float:
-    """The iteration from per-group task floors: phase spans (with the planner's floors), no transfers or
-    weight sync (both ≥ 0)."""
+@dataclass(frozen=True)
+class SyncFloor:
+    """One weight sync's floor: `least` seconds on any devices; where its two tasks are in groups apart
+    (`train`, `infer`: their group indices), at least `wan` seconds where the inference group holds a
+    device in a region the training group holds none of (the copy crosses a link between regions)."""
+
+    least: float
+    wan: float = 0.0
+    train: int = -1
+    infer: int = -1
+
+
+def sync_floors(tables, grouping: tuple[Subset, ...]) -> list[SyncFloor]:
+    """The grouping's weight syncs (`costmodel/weightsync.py`; evaluate() sums them) at their least. Per sync:
+    its host part ≥ (tensors × WEIGHT_SYNC_PER_TENSOR_S × the calibrated factor + the calibrated overhead) ×
+    the least host slowdown of any class; its bytes: the inference copy's devices not among the trainer's get
+    a pipelined broadcast tree (≥ bytes / the fastest link between any two devices; groups hold disjoint
+    devices, so a sync between groups is all broadcast, and a region of the inference group's the trainer's
+    hosts are not in is reached over a link between regions: ≥ bytes / the fastest of those), those among
+    them a local reshard (≥ LOCAL_RESHARD_PASSES × bytes / the fastest HBM) and, for the actor, the colocated
+    refit's host work; in one group either may happen, so the less of the two."""
+    from hetrl_cli.artifacts.rl import SYNCED, sync_roles
+    from hetrl_cli.costmodel import constants as C
+    from hetrl_cli.costmodel.memory import weight_bytes_per_param
+    from hetrl_cli.costmodel.weightsync import WeightSync
+
+    cm, cluster = tables.cm, tables.cm.cluster
+    group_of = {t: j for j, g in enumerate(grouping) for t in g}
+    hosts = sorted({cluster.host_of(d) for c in tables.classes for host in c.devices for d in host})
+    links = cluster.links
+    pairs = list(itertools.combinations(hosts, 2))
+    fastest = max([links.intra(h).bandwidth_Bps for h in hosts] + [links.between(a, b).bandwidth_Bps for a, b in pairs])
+    crossing = [links.between(a, b) for a, b in pairs if links.region(a) != links.region(b)]
+    fastest_wan = max((link.bandwidth_Bps for link in crossing), default=0.0)
+    wan_latency = min((link.latency_s for link in crossing), default=0.0)
+    fastest_hbm = max(c.mem_Bps for c in cluster.classes)
+    least_scale = min(cluster.slowest([k]) for k in range(len(cluster.classes)))
+    factor = cm.overhead_factor.get("weight_sync", 1.0)
+    fixed = cm.task_overhead_s.get("weight_sync", 0.0)
+    out = []
+    for role, apart in sync_roles(group_of):
+        train_task, infer_task = SYNCED[role]
+        arch = cm.step.arch.get(train_task) or cm.step.arch.get(infer_task)
+        if arch is None:
+            continue
+        head = HEAD[train_task]
+        nbytes = arch.param_count(head) * weight_bytes_per_param(cm.step.workload)
+        tensors = arch.tensor_count(head)
+        base = (tensors * C.WEIGHT_SYNC_PER_TENSOR_S * factor + fixed) * least_scale
+        remote = nbytes / fastest
+        if apart:
+            wan = base + wan_latency + nbytes / fastest_wan if fastest_wan > 0 else 0.0
+            out.append(SyncFloor(base + remote, wan, group_of[train_task], group_of[infer_task]))
+            continue
+        refit = WeightSync.colocated_refit_s(tensors) * factor * least_scale if role == "actor" else 0.0
+        out.append(SyncFloor(base + min(remote, C.LOCAL_RESHARD_PASSES * nbytes / fastest_hbm + refit)))
+    return out
+
+
+def sync_floor(tables, grouping: tuple[Subset, ...]) -> float:
+    """The least seconds of the grouping's weight syncs on any devices (`sync_floors`, regions aside)."""
+    return sum(f.least for f in sync_floors(tables, grouping))
+
+
+def compose_floor(
+    tables, grouping: tuple[Subset, ...], task_s: list[dict[TaskName, float]], weight_sync: float = 0.0
+) -> float:
+    """The iteration from per-group task floors: phase spans (with the planner's floors), the weight syncs'
+    floor `weight_sync` (`sync_floor`), no transfers (≥ 0)."""
     from hetrl_cli.planner.tables import PHASE_OF
 
     spans = []
@@ -251,13 +320,14 @@ def compose_floor(tables, grouping: tuple[Subset, ...], task_s: list[dict[TaskNa
         held = [sum(s for t, s in ts.items() if PHASE_OF[t] == i) for g, ts in zip(grouping, task_s, strict=True)
                 if any(PHASE_OF[t] == i for t in g)]  # fmt: skip
         spans.append(span(held, floor))
-    return iteration_s(spans, (0.0, 0.0), 0.0, overlaps(tables.workload.mode, grouping))
+    return iteration_s(spans, (0.0, 0.0), weight_sync, overlaps(tables.workload.mode, grouping))
 
 
 def cheap_bound(tables, floors: dict[TaskName, TaskFloor], grouping: tuple[Subset, ...]) -> float:
     """A grouping's bound with every group free to take every device (capacity ignored)."""
     all_counts = [c.size for c in tables.classes]
-    return compose_floor(tables, grouping, [{t: _cheap(floors[t], all_counts) for t in g} for g in grouping])
+    task_s = [{t: _cheap(floors[t], all_counts) for t in g} for g in grouping]
+    return compose_floor(tables, grouping, task_s, sync_floor(tables, grouping))
 
 
 class _CutModel:
@@ -273,6 +343,7 @@ class _CutModel:
         from hetrl_cli.planner.tables import PHASE_OF
 
         self.lp = lp = _Lp()
+        self.integer_presence = integer
         caps = [c.size for c in tables.classes]
         self.n = [[lp.var(0.0, float(cap)) for cap in caps] for _ in grouping]
         self.cuts: list[tuple[int, Ratio, list[int]]] = []  # (epigraph column, ratio, count columns)
@@ -319,9 +390,45 @@ class _CutModel:
         for lane, scale in zip(lanes(overlap), scales(overlap), strict=True):
             cols = [name[t] for part in lane for t in part if t not in (*BOUNDARIES, WEIGHT_SYNC)]
             lp.row({self.T: 1.0, **{c: -scale for c in cols}}, lower=0.0)
+        self._sync_lanes(tables, grouping, name)
         lp.rows.extend(self.pending)
         self.pending = []
         self.h = self._highs()
+
+    def _sync_lanes(self, tables, grouping: tuple[Subset, ...], name: dict[str, int]) -> None:
+        """Each lane with a weight sync once more, the syncs at their floor (`sync_floors`): T ≥ its factor ×
+        (its spans + the syncs). A sync between groups pays its `wan` floor where the inference group holds a
+        region the training group does not: reach[j][r] ≥ n[j][k] / cap_k (binary in the MILP) for the
+        inference group, held[j][r] ≤ Σ_{k in r} n[j][k] for the training group (0 where it holds no device
+        there: counts are integers), s ≥ wan · (reach − held)."""
+        floors = sync_floors(tables, grouping)
+        if not any(f.least > 0 or f.wan > 0 for f in floors):
+            return
+        lp = self.lp
+        caps = [c.size for c in tables.classes]
+        regions = sorted({c.region for c in tables.classes})
+        ws = lp.var()
+        terms = {ws: 1.0}
+        for f in floors:
+            s = lp.var(lower=f.least)
+            terms[s] = -1.0
+            if f.wan <= f.least or len(regions) < 2:
+                continue
+            for r in regions:
+                members = [k for k, c in enumerate(tables.classes) if c.region == r]
+                reach = lp.var(0.0, 1.0, integer=self.integer_presence)
+                held = lp.var(0.0, 1.0)
+                for k in members:
+                    lp.row({reach: 1.0, self.n[f.infer][k]: -1.0 / caps[k]}, lower=0.0)
+                lp.row({held: 1.0, **{self.n[f.train][k]: -1.0 for k in members}}, upper=0.0)
+                lp.row({s: 1.0, reach: -f.wan, held: f.wan}, lower=0.0)
+        lp.row(terms, lower=0.0)  # ws ≥ Σ syncs
+        asynchronous = overlaps(tables.workload.mode, grouping)
+        for lane, scale in zip(lanes(asynchronous), scales(asynchronous), strict=True):
+            syncs = sum(t == WEIGHT_SYNC for part in lane for t in part)
+            if syncs:
+                cols = [name[t] for part in lane for t in part if t in SPANS]
+                lp.row({self.T: 1.0, ws: -scale * syncs, **{c: -scale for c in cols}}, lower=0.0)
 
     def _tails(self, w: int, fl: TaskFloor, present: list[int]) -> None:
         """w ≥ per_class[k] where class k is present; with a TP coupling, w ≥ per_class[k]·tp_of[k]/tp_of[i]
