@@ -3,7 +3,7 @@
 The cluster is the suite's u12 (bench/uneven_suite.py, seed 0): 48 GPUs in 6 device classes over four regions
 (0.5 Gbps WAN), GRPO sync with a 1.7B actor and an 8B reward model. The ILP's optimum runs on 11 of the 48
 GPUs; the hybrid's constructive genomes give every class to a group, and with the screen limited to 5 classes
-it stayed at 0.91 of the optimum up to 4096 evaluations (bench/hybrid_uneven.py)."""
+it stayed at 0.91 of the optimum up to 1024 evaluations, 1536 reach it (bench/hybrid_uneven.py)."""
 
 from __future__ import annotations
 

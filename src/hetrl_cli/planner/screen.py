@@ -47,7 +47,7 @@ SCREEN_CLASSES = 6
 """The screen runs on clusters of 2 to this many device classes (the tables hold every union of whole classes:
 2^k − 1 device sets)... It is what finds plans that leave whole classes idle: the constructive genomes give every
 class to a group. At 5, the uneven suite's u12 (6 classes, 48 GPUs; the optimum runs on 11 of them) stayed at
-0.91 of the ILP optimum up to 4096 evaluations; at 6 it reaches it at 128 (bench/hybrid_uneven.py)."""
+0.91 of the ILP optimum up to 1024 evaluations (1536 reach it); at 6 it reaches it at 128 (bench/hybrid_uneven.py)."""
 MAX_ROWS = 4096
 """...and at most this many rows (Π (blocks per class + 1) − 1); other clusters search without it. Tried on
 the synthetic 64-GPU cluster (8 classes, one host each) with the unions cut to each class, each union of whole
