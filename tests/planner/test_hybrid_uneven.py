@@ -61,16 +61,22 @@ def test_the_screen_runs_on_six_classes(u12):
     assert -1 in idle.genome  # the best screened plan leaves blocks idle
 
 
-def test_the_estimate_does_not_time_anything(u12):
-    """auto's estimate counts work units at fixed rates: the same on fresh tables twice, whatever the load.
-    Before: it timed sampled pools (wall clock), so two calls never agreed and the load moved it 2-3x."""
+def test_the_estimate_does_not_count_wall_seconds(u12, monkeypatch):
+    """auto's estimate is timed in process CPU seconds: a process that other processes' load keeps waiting
+    (here: a wall clock that jumps 10 s at every reading) gets the same estimate. Before: it timed sampled
+    pools by the wall clock, so the load moved it 2-3x (and this clock by thousands of seconds)."""
     from hetrl_cli.planner.ilp import choose_granularity, estimate_s
 
     profile, workload = u12
-    first = fresh_tables(profile, workload)
-    gran = choose_granularity(first, 150)
+    tables = fresh_tables(profile, workload)
+    gran = choose_granularity(tables, 150)
     assert gran == "host"
-    assert estimate_s(first, gran) == estimate_s(fresh_tables(profile, workload), gran) > 0
+    calm = estimate_s(tables, gran)
+    clock = iter(range(0, 10**9, 10))
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(clock)))
+    waited = estimate_s(fresh_tables(profile, workload), gran)
+    monkeypatch.undo()
+    assert 0 < waited < 3 * calm + 1, (calm, waited)
 
 
 @pytest.mark.slow

@@ -159,11 +159,11 @@ def test_the_relaxation_bounds_every_grouping(wide):
 
 
 def test_auto_estimates_the_ilps_seconds():
-    """auto's estimate (ilp.estimate_s: the tables' entries and the leaves' columns at measured rates) against the
-    ILP's own CPU seconds on fresh tables (the estimate counts work units in CPU seconds, so the machine's load
-    moves neither). Before issue 24 the estimate was pools × Σ subset sizes × 15 calls × 0.5 ms: 1.7–5.5× the
-    measured seconds on the uneven suite (the issue's 51-GPU case: ~206 s estimated, 50 s measured). The suite
-    checks 2×; this test allows 4× (fresh tables without the hybrid's cutoff, which the rates are not fit to)."""
+    """auto's estimate (ilp.estimate_s: a sample of pools timed in CPU seconds, the leaves' columns) against the
+    ILP's own CPU seconds on fresh tables (process CPU time: the machine's load moves neither). Before issue 24
+    the estimate was pools × Σ subset sizes × 15 calls × 0.5 ms: 1.7–5.5× the measured seconds on the uneven
+    suite (the issue's 51-GPU case: ~206 s estimated, 50 s measured). The suite checks 2×; this test allows 4×
+    (fresh tables without the hybrid's cutoff, which the leaves' rate is not fit to)."""
     from hetrl_cli.planner.ilp import estimate_s
 
     small = ModelSpec(arch="qwen3-0.6b")

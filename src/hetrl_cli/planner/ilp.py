@@ -740,24 +740,22 @@ def search_space(
 
 
 ESTIMATE_POOLS = 6
-"""Pools `estimate_s` scores every subset on (a seeded sample) to learn which subsets fit which pools."""
-TABLE_S_PER_ENTRY = 7.4e-4
-"""CPU seconds of the ILP's tables per (pool, subset) entry, pair tables included (`build_space` inside
-`--solver ilp`, after the hybrid's start): 2.2e-4 to 1.2e-3, median 7.4e-4, on the 9 full-ILP settings of the
-uneven suite (bench/hybrid_uneven.py). A rate, not a timing: timing a sample of pools (before) moved with the
-machine's load and overestimated 2-6x where later pools hit the cost model's memo warmed by the earlier ones."""
+"""Pools `estimate_s` scores every subset on (a seeded sample) to time the tables and learn which subsets fit."""
 SEARCH_S_PER_COLUMN = 7e-5
 """CPU seconds of leaf MILPs per column x[S,P] summed over the groupings, with the hybrid's plan as cutoff (as
-`--solver ilp` runs): 2.4e-5 to 6.5e-4, median 1.0e-4, on the same 9 settings; 7e-5 with the tables' rate puts
-the most of them within 2x of the measured total."""
+`--solver ilp` runs): 2.4e-5 to 6.5e-4, median 1.0e-4, on the 9 full-ILP settings of the uneven suite
+(bench/hybrid_uneven.py); 7e-5 puts the most totals within 2x (tables and MILPs together)."""
 
 
 def estimate_s(tables: Tables, granularity: Granularity) -> float:
     """auto's estimate of the ILP's CPU seconds (its tables and leaf MILPs; the hybrid's start is budgeted
-    apart), counted in work units at rates measured once (no timing, so the machine's load does not move it):
-    the tables' entries (pools × subsets) at TABLE_S_PER_ENTRY, and the leaves' columns (Σ over groupings of the
-    pools each group can take, from which subsets fit ESTIMATE_POOLS sampled pools; their entries stay cached
-    for the real run) at SEARCH_S_PER_COLUMN. On an idle machine CPU seconds are the ILP's wall seconds (one
+    apart): every subset's group option on ESTIMATE_POOLS pools drawn with a fixed seed, timed in process CPU
+    seconds and scaled to all pools (their cost-model calls are alike, and what one costs depends on the model
+    and its layouts: 1e-4 to 5e-4 CPU s a call from u16 to a 14B zero3 paper case, so no fixed rate fits; the
+    sample's entries stay cached for the real run), plus the leaves' columns (Σ over groupings of the pools
+    each group can take, from the sample's feasibility) at SEARCH_S_PER_COLUMN. CPU seconds, not wall: other
+    processes' load does not move the estimate (timing wall seconds, the same setting was estimated at
+    2.6-9.5 s within one day on the shared box); on an idle machine they are the ILP's wall seconds (one
     thread)."""
     import random
 
@@ -767,10 +765,12 @@ def estimate_s(tables: Tables, granularity: Granularity) -> float:
     subsets = sorted({g for gs in all_groupings for g in gs}, key=lambda s: (len(s), s))
     sample = rng.sample(pools, min(ESTIMATE_POOLS, len(pools)))
     feasible: dict[Subset, int] = dict.fromkeys(subsets, 0)
+    start = time.process_time()
     for pool in sample:
         devices = allocate(tables.classes, [pool])[0]
         for s in subsets:
             feasible[s] += tables.group_option(s, devices) is not None
+    per_pool = (time.process_time() - start) / len(sample)
     uses = {s: sum(s in g for g in all_groupings) for s in subsets}
     columns = sum(feasible[s] / len(sample) * len(pools) * uses[s] for s in subsets)
-    return len(pools) * len(subsets) * TABLE_S_PER_ENTRY + columns * SEARCH_S_PER_COLUMN
+    return per_pool * len(pools) + columns * SEARCH_S_PER_COLUMN
