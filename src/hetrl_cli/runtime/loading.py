@@ -139,7 +139,8 @@ def load_shard(
     """This rank's piece of the model in `model_dir`, in `dtype` on `device`, in eval mode.
 
     `trained`: a role that trains it: gradients on, buffers in `dtype` too (as casting the loaded fp32 model did),
-    and, below fp32, fp32 master weights from the file (`Loaded.masters`). Otherwise frozen (no gradients)."""
+    and, below fp32, fp32 master weights from the file (`Loaded.masters`). Otherwise frozen (no gradients).
+    A zero3 rank loads through zero3load.load_trained instead: its chunks only, never the whole piece."""
     import torch
 
     from hetrl_cli.runtime.parallel import Parallel, Shard

@@ -115,6 +115,8 @@ def _zero3(shard, zero: Any, masters: list[Tensor] | None):
         return shard, [p for _, p in shard.held], masters, zero
     from hetrl_cli.runtime.zero3 import Zero3Shard
 
+    if isinstance(shard, Zero3Shard):  # loaded as chunks (runtime/zero3load.py): `masters` are the chunks' already
+        return shard, shard.local_params(), masters, None
     sharded = Zero3Shard.of(shard, zero)
     return sharded, sharded.local_params(), None if masters is None else sharded.local_masters(masters), None
 
@@ -234,10 +236,10 @@ class Actor:
     ) -> None:
         """`zero` (sharding.Zero): ZeRO over the task's replicas; `recompute`: activation checkpointing;
         `precision`: weights, gradients and compute in it, fp32 master weights in the optimizer (precision.py)."""
-        from hetrl_cli.runtime.loading import load_shard
         from hetrl_cli.runtime.precision import LossScaler
+        from hetrl_cli.runtime.zero3load import load_trained
 
-        loaded = load_shard(model_dir, parallel, device, precision, trained=True)  # this rank's piece only
+        loaded = load_trained(model_dir, parallel, device, precision, zero=zero)  # this rank's piece (zero3: chunks)
         self.shard, masters = loaded.shard, loaded.masters
         self.shard.head_outside = True
         self.model = self.shard.model
@@ -350,11 +352,11 @@ class Critic:
     ) -> None:
         """Weights in `precision`; trained (not `frozen`, a critic-inference copy): fp32 master weights in the
         optimizer (runtime/precision.py)."""
-        from hetrl_cli.runtime.loading import load_shard
         from hetrl_cli.runtime.precision import LossScaler
+        from hetrl_cli.runtime.zero3load import load_trained
 
         # this rank's piece only; the value head freshly initialised from `seed`: identical on every critic rank
-        loaded = load_shard(model_dir, parallel, device, precision, head="token", seed=seed, trained=True)
+        loaded = load_trained(model_dir, parallel, device, precision, head="token", seed=seed, zero=zero)
         self.shard, masters = loaded.shard, loaded.masters
         self.model = self.shard.model
         _trainable(self.shard, recompute)

@@ -55,7 +55,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -92,6 +92,17 @@ class Unit:
         yield from zip(self.names, self.params, self.offsets, strict=True)
 
 
+class ChunkSource(Protocol):
+    """Fills a unit's chunk (`unit.local`) from somewhere other than full parameters (runtime/zero3load.py)."""
+
+    dtype: torch.dtype
+    device: str
+
+    def fill(self, unit: Unit, ranges: Iterable[tuple[str, int, int]], base: int) -> None:
+        """`ranges`: (name, lo, hi) chunk positions holding parameter `name`'s flat elements from
+        lo + base - its offset in the unit."""
+
+
 @dataclass
 class _Dummy:
     """A micro-batch that only keeps a replica in step with the ZeRO group (its loss is 0 x the output)."""
@@ -110,11 +121,13 @@ class Zero3Shard(Shard):
     """This rank's chunk: its rank in the ZeRO group."""
 
     @classmethod
-    def of(cls, shard: Shard, zero: Any) -> Zero3Shard:
-        """`shard` (cast to the workload's dtype) partitioned over `zero.group` (sharding.Zero, active)."""
+    def of(cls, shard: Shard, zero: Any, source: ChunkSource | None = None) -> Zero3Shard:
+        """`shard` (cast to the workload's dtype) partitioned over `zero.group` (sharding.Zero, active). With
+        `source`, `shard`'s parameters are on the meta device and each chunk is filled by `source` instead (a
+        checkpoint read for this rank's chunks only: runtime/zero3load.py)."""
         out = cls(**{f.name: getattr(shard, f.name) for f in fields(Shard)}, zero=zero)
         out.index = dist.get_rank(zero.group)
-        out._build_units()
+        out._build_units(source)
         return out
 
     # layout ------------------------------------------------------------------------------------------
@@ -124,36 +137,45 @@ class Zero3Shard(Shard):
             return None
         return next(iter(sorted(self.stage_names[0] & self.stage_names[-1])), None)
 
-    def _build_units(self) -> None:
+    def _build_units(self, source: ChunkSource | None = None) -> None:
         names = {id(p): n for n, p in self.held}
         tied = self.tied_name()
         in_layers: set[int] = set()
         for layer in self.model.model.layers:
             named = [(names[id(p)], p) for p in layer.parameters()]
             in_layers.update(id(p) for _, p in named)
-            self._hook(layer, self._unit(named, layer=True))
+            self._hook(layer, self._unit(named, layer=True, source=source))
         rest = [(n, p) for n, p in self.held if id(p) not in in_layers]
         for group in ([(n, p) for n, p in rest if n != tied], [(n, p) for n, p in rest if n == tied]):
             if group:
-                self._unit(group, layer=False)
+                self._unit(group, layer=False, source=source)
 
-    def _unit(self, named: list[tuple[str, nn.Parameter]], layer: bool) -> Unit:
+    def _unit(self, named: list[tuple[str, nn.Parameter]], layer: bool, source: ChunkSource | None = None) -> Unit:
         size = self.zero.size
         total = sum(p.numel() for _, p in named)
         chunk = -(-total // size)
         first = named[0][1]
-        flat = torch.zeros(chunk * size, dtype=first.dtype, device=first.device)
+        dtype, device = (first.dtype, first.device) if source is None else (source.dtype, source.device)
+        # from a source the full buffer is never written here: torch.empty leaves its pages untouched (not resident)
+        flat = (torch.zeros if source is None else torch.empty)(chunk * size, dtype=dtype, device=device)
         offsets, offset = [], 0
         for _, p in named:
-            flat[offset : offset + p.numel()].copy_(p.detach().reshape(-1))
+            if source is None:
+                flat[offset : offset + p.numel()].copy_(p.detach().reshape(-1))
             offsets.append(offset)
             offset += p.numel()
-        local = nn.Parameter(flat[self.index * chunk : (self.index + 1) * chunk].clone())
+        mine = slice(self.index * chunk, (self.index + 1) * chunk)
+        local = nn.Parameter(flat[mine].clone() if source is None else torch.zeros(chunk, dtype=dtype, device=device))
         for (_, p), start in zip(named, offsets, strict=True):
-            p.data = flat[start : start + p.numel()].view(p.shape)
+            view = flat[start : start + p.numel()].view(p.shape)
+            if source is not None:  # a meta parameter: made a real (empty) one first, the same object (ties kept)
+                torch.utils.swap_tensors(p, nn.Parameter(flat.new_empty(0), requires_grad=p.requires_grad))
+            p.data = view  # `.data =` keeps the parameter's own version counter: gathers write into `flat` in place
         unit = Unit([n for n, _ in named], [p for _, p in named], offsets, chunk, flat, local, layer)
         self.units.append(unit)
         _free(unit)
+        if source is not None:
+            source.fill(unit, self._my_ranges(unit), self.index * unit.chunk)
         return unit
 
     def local_params(self) -> list[nn.Parameter]:
