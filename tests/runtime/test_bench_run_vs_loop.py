@@ -65,12 +65,13 @@ def test_the_cpu_clock_makes_perf_counter_count_cpu_seconds(bench, tmp_path: Pat
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # six runs (a wall round and a CPU-clock round of three sides): ~10 min on a loaded box
 @pytest.mark.skipif(not TRL_PYTHON.exists(), reason="no .venv-bench (make setup-bench)")
 def test_one_round_of_all_three_sides(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     argv = [sys.executable, str(REPO / "bench" / "run_vs_loop.py"), "--rounds", "1", "--steps", "3", "--warmup", "1",
             "--cpu-rounds", "1"]  # fmt: skip
-    result = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, timeout=900)
+    result = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, timeout=1700)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
     assert set(data["step_s_median"]) == {"hetrl", "loop", "trl"}
@@ -81,3 +82,15 @@ def test_one_round_of_all_three_sides(tmp_path: Path) -> None:
     cpu = data["cpu_clock"]["phase_cpu_s_median"]  # the phases again, timed in CPU seconds
     assert {"generation", "reference", "actor_train", "weight_sync"} <= set(cpu["hetrl"])
     assert {"generation_scoring", "train"} == set(cpu["trl"]) and cpu["loop"]["generation"] > 0
+
+
+@pytest.mark.slow
+def test_the_in_process_phase_comparison_times_both_sides() -> None:
+    """bench/run_vs_loop_ab.py: a real Worker and the loop's code, phase by phase, CPU milliseconds."""
+    argv = [sys.executable, str(REPO / "bench" / "run_vs_loop_ab.py"), "--reps", "2"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ms = json.loads(result.stdout[result.stdout.index("{") :])["ms_cpu_median"]
+    assert set(ms) == {"generation", "weight_sync", "reference", "actor_train", "report"}
+    assert all(ms[p]["hetrl"] > 0 and ms[p]["loop"] > 0 for p in ("generation", "reference", "actor_train"))
+    assert set(ms["weight_sync"]) == set(ms["report"]) == {"hetrl"}
