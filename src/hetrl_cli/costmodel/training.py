@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from hetrl_cli.artifacts.rl import HEAD, TaskName
+from hetrl_cli.artifacts.rl import ALGORITHMS, HEAD, Algorithm, TaskName
 from hetrl_cli.costmodel import constants as C
 from hetrl_cli.costmodel.architectures import ArchSpec
 from hetrl_cli.costmodel.comm import allgather_s, allreduce_s, reduce_scatter_s
@@ -42,11 +43,12 @@ def add_train_sync(
     epochs = w.ppo_epochs
     if dp > 1:
         dp_s, label = dp_allreduce(cluster, rep_key, arch.param_count(head) * grad_bytes_per_param(w))
+        terms["dp_allreduce"] = epochs * dp_s
         if w.sharding == "zero3":
             most = max(shares, default=1.0 / dp) / (sum(shares) or 1.0)
             micro_batches = max(1, math.ceil(most * step.n_samples / w.micro_batch - 1e-9))
-            dp_s = zero3_comm_s(cluster, rep_key, arch, head, grad_bytes_per_param(w), micro_batches)
-        terms["dp_allreduce"] = epochs * dp_s
+            passes = Zero3Passes.of(micro_batches, epochs, zero3_forward_passes(task, w.algorithm, epochs))
+            terms["dp_allreduce"] = zero3_comm_s(cluster, rep_key, arch, head, grad_bytes_per_param(w), passes)
         links["dp_allreduce"] = label
     shard = dp if (w.sharding != "none" and dp > 1) else 1
     traffic = optimizer_step_traffic_bytes_per_param(w)
@@ -62,17 +64,52 @@ def add_train_sync(
         terms["offload"] = off_s
 
 
+@dataclass(frozen=True)
+class Zero3Passes:
+    """How many times one update moves each ZeRO-3 unit whole (an all-gather or a reduce-scatter of its full
+    size, half an all-reduce each), as runtime/zero3.py runs it, for every replica the largest replica's
+    `micro_batches` (dummy micro-batches pad the others):
+    - a training pass (one per epoch) gathers each decoder layer for its forward and again for its backward and
+      reduce-scatters its gradient, per micro-batch (3 x the layers: ZERO3_COMM_FACTOR all-reduces); the root
+      unit (embedding, final norm, head) is gathered once for the pass and reduce-scattered once after it;
+    - a forward-only pass on the trained weights (the actor's old log-probs when the runtime computes them:
+      `zero3_forward_passes`) gathers each layer once per micro-batch and the root once.
+    Activation recomputation adds none: the backward's gather serves the recomputed forward (non-reentrant
+    checkpointing calls the layer's forward without its module hooks)."""
+
+    layers: int
+    root: int
+
+    @classmethod
+    def of(cls, micro_batches: int, epochs: int, forward_passes: int) -> Zero3Passes:
+        train_layers = round(2 * C.ZERO3_COMM_FACTOR)  # gathered forward + backward, reduce-scattered
+        return cls(layers=micro_batches * (epochs * train_layers + forward_passes), root=2 * epochs + forward_passes)
+
+
+def zero3_forward_passes(task: TaskName, algorithm: Algorithm, epochs: int) -> int:
+    """Forward-only passes of a training task on its zero3 weights per update: the actor's old log-probs, unless
+    one update per batch with the KL in the loss lets the update's own forward give them (roles.Actor
+    .reuses_old_logprobs)."""
+    reuses = epochs == 1 and ALGORITHMS[algorithm].kl == "loss"
+    return 1 if task == "actor_train" and not reuses else 0
+
+
+def zero3_step_bytes(arch: ArchSpec, head: str, bytes_per_param: int, passes: Zero3Passes) -> float:
+    """Full-unit bytes one rank's ZeRO group all-gathers plus reduce-scatters in one update (unsharded by TP/PP)."""
+    layers = arch.num_layers * arch.layer_params * bytes_per_param
+    root = arch.param_count(head) * bytes_per_param - layers
+    return passes.layers * layers + passes.root * root
+
+
 def zero3_comm_s(
-    cluster: Cluster, rep_key: ClassLayout, arch: ArchSpec, head: str, grad_bytes: int, micro_batches: int
+    cluster: Cluster, rep_key: ClassLayout, arch: ArchSpec, head: str, grad_bytes: int, passes: Zero3Passes
 ) -> float:
-    """One update's ZeRO-3 traffic as runtime/zero3.py moves it: every micro-batch gathers each decoder layer
-    for its forward and again for its backward and reduce-scatters its gradient (3 x the layers' bytes, i.e.
-    ZERO3_COMM_FACTOR all-reduces), and the rest of the model (embedding, norm, head) is gathered once per pass and
-    reduce-scattered once (one all-reduce). All replicas run the largest replica's micro-batch count."""
+    """One update's ZeRO-3 traffic (Zero3Passes): each whole-unit gather or reduce-scatter costs half of a DP
+    all-reduce of the unit's bytes."""
     layers = arch.num_layers * arch.layer_params * grad_bytes
     layers_s, _ = dp_allreduce(cluster, rep_key, layers)
     root_s, _ = dp_allreduce(cluster, rep_key, arch.param_count(head) * grad_bytes - layers)
-    return micro_batches * C.ZERO3_COMM_FACTOR * layers_s + root_s
+    return 0.5 * (passes.layers * layers_s + passes.root * root_s)
 
 
 def dp_allreduce(cluster: Cluster, rep_key: ClassLayout, grad_bytes: float) -> tuple[float, str]:

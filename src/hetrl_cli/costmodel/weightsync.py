@@ -63,8 +63,10 @@ class WeightSync:
         """(local reshard seconds, remote copy seconds, the remote bottleneck's label or "local reshard",
         the per-tensor host seconds, all host seconds) of one weight sync; None when it moves nothing.
 
-        Colocated devices: a local reshard (LOCAL_RESHARD_PASSES over HBM; an all-gather first under ZeRO-3).
+        Colocated devices: a local reshard (LOCAL_RESHARD_PASSES over HBM).
         Other devices: a pipelined broadcast tree over regions (broadcast_tree_s).
+        Under ZeRO-3 an all-gather of the chunks comes first, once (in the local part if there is one, else in the
+        remote part): the runtime gathers the full weights for either.
         Plus the host part: WEIGHT_SYNC_PER_TENSOR_S per tensor, for the actor's engine on colocated devices its
         refit (colocated_refit_s: one sleep + wake and its loader per tensor), both scaled by the calibrated
         overhead_factor, and the calibrated fixed overhead, all host work at the slowest involved host's speed
@@ -83,16 +85,19 @@ class WeightSync:
         remote = [d for d in known_g if d not in tset]
         local_s = 0.0
         label = "local reshard"
+        gather_s = 0.0  # zero3: the full weights are gathered from the chunks first (Zero3Shard.full_weights)
+        if self.step.workload.sharding == "zero3" and len(known_t) > 1:
+            hosts = [cluster.host_of(d) for d in known_t]
+            multi = frozenset(h for h in hosts if hosts.count(h) > 1)
+            gather_s = allgather_s(nbytes, len(known_t), cluster.links.ring(frozenset(hosts), multi))
         if local:
             hbm = min(cluster.classes[cluster.device_class[d]].mem_Bps for d in local)
-            local_s = C.LOCAL_RESHARD_PASSES * nbytes / hbm
-            if self.step.workload.sharding == "zero3" and len(known_t) > 1:
-                hosts = [cluster.host_of(d) for d in known_t]
-                multi = frozenset(h for h in hosts if hosts.count(h) > 1)
-                local_s += allgather_s(nbytes, len(known_t), cluster.links.ring(frozenset(hosts), multi))
+            local_s = C.LOCAL_RESHARD_PASSES * nbytes / hbm + gather_s
         remote_s = 0.0
         if remote:
             remote_s, label = self.broadcast_tree_s(known_t, remote, nbytes)
+            if not local:  # once per sync: with a local part it is counted there
+                remote_s += gather_s
         scale = cluster.overhead_scale((*known_t, *known_g))
         tensors = arch.tensor_count(head)
         per_step = tensors * C.WEIGHT_SYNC_PER_TENSOR_S + (
