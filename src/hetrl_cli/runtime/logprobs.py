@@ -46,8 +46,11 @@ class _VocabParallelLogProb(torch.autograd.Function):
 
     Forward: m = max over all ranks (all-reduce MAX; the result does not depend on it), s = sum of exp(x - m) over
     all ranks (all-reduce SUM), the target's logit from the rank that holds it (all-reduce SUM of zeros and it):
-    log p = x_t - m - log s. Backward, exact and local: d/dx_j = g (1[j = t] - softmax_j) on this rank's columns
-    (the caller's `enter` sums the input gradient over the group)."""
+    log p = (x_t - m) - log s. Backward, exact and local: d/dx_j = g (1[j = t] - exp(log p_j)) on this rank's
+    columns (the caller's `enter` sums the input gradient over the group). Both in the order torch's log_softmax
+    and gather run them; the ranks' fp32 partial sums are added in fp64, so the split adds no rounding of its own.
+    (Adam's steps on gradients near its eps amplify any rounding: test_sharding's dp2 x tp2 Adam updates against
+    one process moved one element past their tolerance with fp32 partial sums.)"""
 
     @staticmethod
     def forward(ctx, local: Tensor, targets: Tensor, lo: int, group: Any) -> Tensor:  # type: ignore[override]
@@ -56,19 +59,20 @@ class _VocabParallelLogProb(torch.autograd.Function):
         index = (targets - lo).clamp(0, width - 1).unsqueeze(-1)
         top = local.max(dim=-1).values
         dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
-        target = torch.where(inside, local.gather(-1, index).squeeze(-1) - top, 0.0)
+        shifted = local - top.unsqueeze(-1)
+        target = torch.where(inside, shifted.gather(-1, index).squeeze(-1), 0.0)
         dist.all_reduce(target, group=group)
-        probs = (local - top.unsqueeze(-1)).exp_()
-        total = probs.sum(dim=-1)
+        total = shifted.exp().sum(dim=-1).double()  # the ranks' partial sums added in fp64
         dist.all_reduce(total, group=group)
-        probs.div_(total.unsqueeze(-1))
-        ctx.save_for_backward(probs, index, inside)
-        return target - total.log()
+        log_total = total.log().to(shifted.dtype)
+        logp = shifted.sub_(log_total.unsqueeze(-1))
+        ctx.save_for_backward(logp, index, inside)
+        return target - log_total
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
-        probs, index, inside = ctx.saved_tensors
-        out = probs.mul(-grad.unsqueeze(-1))
+        logp, index, inside = ctx.saved_tensors
+        out = logp.exp().mul_(grad.unsqueeze(-1)).neg_()
         out.scatter_add_(-1, index, (grad * inside).unsqueeze(-1))
         return out, None, None, None
 
