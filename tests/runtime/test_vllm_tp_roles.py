@@ -56,6 +56,15 @@ def _group(rank: int, port: int):
     return dist.new_group([0, 1])
 
 
+def _leave() -> None:
+    """Both ranks meet, then close the group: a rank that exits while gloo still serves the other aborts
+    ("terminate called without an active exception")."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def _roles_worker(rank: int, port: int, out: str) -> None:
     from hetrl_cli.runtime.engines.vllm_tp import ReplicaFollower, ReplicaLeader
 
@@ -77,6 +86,7 @@ def _roles_worker(rank: int, port: int, out: str) -> None:
     result = {"tokens": tokens, "checksum": engine.weights_checksum(), "drained": drained, "asleep": asleep,
               "describe": engine.describe(), "sleeps": sleeps}  # fmt: skip
     Path(out, f"rank-{rank}.json").write_text(json.dumps(result))
+    _leave()
 
 
 def test_the_follower_gets_the_leaders_tokens_and_lets_the_buckets_pass(tmp_path: Path) -> None:
@@ -105,6 +115,7 @@ def _hosts_worker(rank: int, port: int, out: str) -> None:
     except RuntimeError as exc:
         message = str(exc)
     Path(out, f"rank-{rank}.txt").write_text(message)
+    _leave()
 
 
 def test_a_tp_group_over_two_hosts_is_refused_before_vllm_starts(tmp_path: Path) -> None:
