@@ -135,3 +135,22 @@ def test_without_baselines_the_hybrid_searches_on_until_it_has_a_plan(uneven):
     assert all(r.options is not None for r in found)
     seconds = [r.score for r in found]
     assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(seconds)), seconds
+
+
+def test_streamrl_on_many_device_types_scores_a_bounded_number_of_splits(monkeypatch):
+    """Before: every type-wise split (2^10 - 2 = 1022 on ten types), 45 s of a 30 s budget. Now past six types
+    generation takes one or two types or all but one or two (110 splits); up to six, still every split."""
+    from hetrl_cli.costmodel.model import CostModel
+    from hetrl_cli.planner import baselines
+    from hetrl_cli.planner.tables import Tables
+
+    gpus = ["H100 SXM", "A100 80GB", "A100 40GB", "L40S", "L4", "A10G", "RTX 4090", "V100", "T4", "H200"]
+    ten = cluster("ten-types", [{"gpu": g, "gpus_per_node": 4, "nodes": 1, "region": "r1", "name_prefix": f"g{i}"}
+                                for i, g in enumerate(gpus)])  # fmt: skip
+    scored: list[str] = []
+    real = baselines._score
+    monkeypatch.setattr(baselines, "_score", lambda *a: scored.append(a[1]) or real(*a))
+    w = ppo_async()
+    plan = baselines.streamrl(Tables(CostModel(ten, w), ten, w))
+    assert len(scored) == 110 and plan is not None and plan.groups[0].tasks == ("generation",)
+    assert baselines._generation_type_counts(6) == [1, 2, 3, 4, 5]
