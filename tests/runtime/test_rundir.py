@@ -47,3 +47,29 @@ def test_summary_compares_medians_with_the_plan() -> None:
     assert by_task["generation"].error == (0.1 - 0.2) / 0.2
     assert by_task["weight_sync"].predicted_s == 0.01
     assert "reference" not in by_task  # never measured
+
+
+def _torchrun_report(failures: list[tuple[int, int]], root: tuple[int, int]) -> str:
+    """torchrun's ChildFailedError text (torch/distributed/elastic/multiprocessing/errors: the failure template)."""
+
+    def block(idx: int, rank: int, code: int) -> str:
+        lines = [f"[{idx}]:", "  time      : 2026-12-05_14:10:02", "  host      : box",
+                 f"  rank      : {rank} (local_rank: {rank})", f"  exitcode  : {code} (pid: {4000 + rank})",
+                 "  error_file: <N/A>", "  traceback : x"]  # fmt: skip
+        return "\n".join(lines)
+
+    others = "\n".join(block(i + 1, r, c) for i, (r, c) in enumerate(failures))
+    return (f"====\nrun FAILED\n----\nFailures:\n{others}\n----\nRoot Cause (first observed failure):\n"
+            f"{block(0, *root)}\n====")  # fmt: skip
+
+
+def test_the_reported_failure_is_the_kill_not_the_peers_abort() -> None:
+    """SIGKILL of rank 1 aborts rank 0 (gloo, SIGABRT) in the same second: torchrun names rank 0 its root cause
+    (the lowest rank among equal second stamps); the launcher names the killed rank. A real root cause stands."""
+    from hetrl_cli.runtime.local import torchrun_failure
+
+    assert torchrun_failure(_torchrun_report([(1, -9)], (0, -6))) == (1, -9)
+    assert torchrun_failure(_torchrun_report([(1, -6)], (0, -9))) == (0, -9)
+    assert torchrun_failure(_torchrun_report([(1, -6)], (0, 1))) == (0, 1)  # an error exit is its own cause
+    assert torchrun_failure(_torchrun_report([(1, -6)], (0, -6))) == (0, -6)  # aborts only: torchrun's choice
+    assert torchrun_failure("no report") is None

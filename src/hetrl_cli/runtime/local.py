@@ -124,15 +124,36 @@ def stop_run(proc: subprocess.Popen, run: RunDir) -> None:
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+_FAILURE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def torchrun_failure(output: str) -> tuple[int, int] | None:
+    """(rank, exit code) of the failure that caused the others in torchrun's report: its root cause, unless that
+    is an abort (SIGABRT: what gloo does to a rank whose peer vanished) and another rank was killed by another
+    signal (SIGKILL from outside, the OOM killer). torchrun stamps a signalled rank with the second it noticed it
+    and names the lowest rank among equal stamps, so a peer's abort in the same second hid the cause."""
+    root = _ROOT_CAUSE.search(output)
+    if root is None:
+        return None
+    rank, code = int(root.group(1)), int(root.group(2))
+    if code == -signal.SIGABRT:
+        for failure in _FAILURE.finditer(output):
+            other = int(failure.group(2))
+            if other < 0 and other != -signal.SIGABRT:
+                return int(failure.group(1)), other
+    return rank, code
+
+
+def exit_how(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
 
 
 def failing_rank(output: str, run: RunDir) -> tuple[int | None, str]:
-    """(rank, how) of the first failure: torchrun's root cause, else the earliest rank error file."""
-    match = _ROOT_CAUSE.search(output)
-    if match:
-        rank, code = int(match.group(1)), int(match.group(2))
-        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        return rank, how
+    """(rank, how) of the first failure: torchrun's root cause (`torchrun_failure`), else the earliest rank error
+    file."""
+    failure = torchrun_failure(output)
+    if failure:
+        return failure[0], exit_how(failure[1])
     errors = sorted(run.logs.glob("rank-*.error"), key=lambda p: p.stat().st_mtime)
     if errors:
         return int(errors[0].name.split("-")[1].split(".")[0]), "raised an error"

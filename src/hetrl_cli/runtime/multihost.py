@@ -24,7 +24,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import shlex
 import signal
 import sys
@@ -40,6 +39,7 @@ from hetrl_cli.artifacts.hosts import HostEntry
 from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.errors import BadInput, HetrlError, RemoteError
 from hetrl_cli.runtime.layout import plan_devices, plan_hosts, split_device_id
+from hetrl_cli.runtime.local import exit_how, torchrun_failure
 from hetrl_cli.runtime.rundir import RunDir
 
 MIN_FREE_DISK_BYTES = 512 << 20
@@ -521,15 +521,12 @@ def stop_all(slots: list[HostSlot], run: RunDir, ssh: Any, timeout_s: float, ech
             slot.reader.join(timeout=5)
 
 
-_ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
-
-
 def diagnose(slot: HostSlot, run: RunDir) -> tuple[int | None, str]:
-    """(rank, how) of a failed host: torchrun's root cause, else the host's earliest rank error file."""
-    match = _ROOT_CAUSE.search("\n".join(slot.output))
-    if match:
-        code = int(match.group(2))
-        return int(match.group(1)), f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    """(rank, how) of a failed host: torchrun's root cause (local.torchrun_failure), else the host's earliest rank
+    error file."""
+    failure = torchrun_failure("\n".join(slot.output))
+    if failure:
+        return failure[0], exit_how(failure[1])
     errors = [run.log(r, "error") for r in slot.ranks if run.log(r, "error").exists()]
     if errors:
         first = min(errors, key=lambda p: p.stat().st_mtime)
