@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hetrl_cli.artifacts.profile import ClusterProfile
+from hetrl_cli.artifacts.rl import separate_old_logprob_pass
 from hetrl_cli.artifacts.workload import LengthDistribution, ModelSpec, Workload
 from hetrl_cli.costmodel import constants as C
 from hetrl_cli.costmodel.model import CostModel
@@ -381,6 +382,20 @@ def training_only_terms(model: CostModel, terms: dict[str, float]) -> dict[str, 
     return {k: v * scale.get(k, 1.0) for k, v in terms.items()}
 
 
+def framework_old_logprob_s(model: CostModel, terms: dict[str, float]) -> float:
+    """The old-log-prob forward the published RL frameworks run before every update (verl's compute_log_prob,
+    NeMo-RL's prev_logprobs) where hetrl's runtime takes them from the update's own forward (GRPO with one epoch,
+    artifacts.rl.separate_old_logprob_pass) and its cost model therefore charges none: actor_train's terms scaled
+    to the pass forward.py charges when the runtime runs it (0 where the model already charges it)."""
+    w = model.workload
+    if separate_old_logprob_pass(w.algorithm, w.ppo_epochs):
+        return 0.0
+    c = model.forward.consts("actor_train")
+    extra = {"compute": 1 / c.mult, "memory": 1 / c.mult, "host": 1 / c.mult, "bubble": 1 / c.mult}
+    extra |= {"tp_comm": 2 / c.allreduces_per_layer, "pp_p2p": 1 / c.sends_per_stage}
+    return sum(v * extra.get(k, 0.0) / w.ppo_epochs for k, v in terms.items())
+
+
 def selective_share(model: CostModel) -> float:
     """Of one forward's FLOPs, the share torchtitan's op-level selective AC recomputes: every second matmul of
     a layer in call order (wq wk wv · wo · w1 w3 w2 → wk, wo, w3; torchtrain/parallelisms/parallelize_llama.py,
@@ -457,7 +472,9 @@ def predict(fig: Figure, config_dir: Path, calibration: dict | None = None) -> P
         ]
         est = model.evaluate(groups, places)
         terms = {t: e.cost.total_s for t, e in est.tasks.items()} | {"weight_sync": est.weight_sync_s}
-        return Prediction(fig.key, est.iteration_s, fig.published, terms, list(est.violations))
+        old_logprob = framework_old_logprob_s(model, dict(est.tasks["actor_train"].terms))
+        terms["actor_train"] += old_logprob
+        return Prediction(fig.key, est.iteration_s + old_logprob, fig.published, terms, list(est.violations))
     if s.kind == "train":
         model, train_s, terms, violation = train_step_s(s, profile, w, calibration)
         tokens = model.step.n_samples * model.step.seq_mean

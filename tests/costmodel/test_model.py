@@ -70,16 +70,17 @@ def test_training_time_by_hand(one_a100, grpo_small: Workload) -> None:
     est = cm.task(dp_placement("actor_train", ["a0/0"]))
     a = BUILTIN["qwen3-0.6b"]
     tokens = 64 * (256 + 128)
-    # fwd + bwd (3 forwards) plus the old log-probs' forward before the update: matmuls as FLOPs, the rest as
-    # memory traffic (non-matmul ops, 1/3 of the tokens are response tokens for the log-softmax), plus the
-    # gradient accumulation per micro-batch (16 micro-batches of 4): 3 x the bf16 gradient's bytes per parameter
-    # (the runtime computes in bf16 with fp32 masters in the optimizer: no autocast casts)
-    compute = tokens * (3 + 1) * a.forward_flops_per_token((256 + 128) / 2) / (A100_FLOPS * C.TRAIN_MATMUL_EFFICIENCY)
+    # fwd + bwd (3 forwards; GRPO with one epoch takes the old log-probs from the update's own forward, as the
+    # runtime does, so no separate pass): matmuls as FLOPs, the rest as memory traffic (non-matmul ops, 1/3 of the
+    # tokens are response tokens for the log-softmax), plus the gradient accumulation per micro-batch (16
+    # micro-batches of 4): 3 x the bf16 gradient's bytes per parameter (the runtime computes in bf16 with fp32
+    # masters in the optimizer: no autocast casts)
+    compute = tokens * 3 * a.forward_flops_per_token((256 + 128) / 2) / (A100_FLOPS * C.TRAIN_MATMUL_EFFICIENCY)
     traffic = forward_traffic(a, tokens, response_share=128 / 384)
-    micro_batches, passes = 16, 1 + 1 / 3
+    micro_batches, passes = 16, 1
     trained = a.num_layers * a.layer_params + a.head_matmul_params()  # the weights whose gradients accumulate
     accumulate = micro_batches * passes * trained * C.GRAD_ACCUMULATION_PASSES * 2
-    memory = (4 * traffic + accumulate) / (A100_BPS * C.ELEMENTWISE_HBM_EFFICIENCY)
+    memory = (3 * traffic + accumulate) / (A100_BPS * C.ELEMENTWISE_HBM_EFFICIENCY)
     optimizer = a.param_count() * 80 / A100_BPS
     floor = micro_batches * passes * a.num_layers * C.EAGER_DISPATCH_S_PER_LAYER_TRAIN
     assert compute + memory < floor  # 4-sequence micro-batches of a 0.6B model: an A100 waits on its host
@@ -615,3 +616,18 @@ def test_bottleneck_names_the_slow_dp_link() -> None:
     est = cm.evaluate(groups, [dp_placement(t, list(devs)) for t in tasks])
     assert est.bottleneck.startswith("actor_train on group g1 (2×A100-SXM4-80GB, east/west) takes ")
     assert "its DP all-reduce over the 1 Gbps wan link a0<->a1 is " in est.bottleneck
+
+
+def test_actor_train_charges_the_old_logprob_forward_where_the_runtime_runs_it(one_a100, grpo_small) -> None:
+    """GRPO with one epoch: the update's own forward gives the old log-probs (runtime roles.Actor
+    .reuses_old_logprobs), so no pass is charged; a second epoch needs them first: 2 + 1/3 training passes of
+    compute, not 2; PPO always runs it."""
+    from hetrl_cli.artifacts.rl import separate_old_logprob_pass
+
+    def compute(w: Workload) -> float:
+        return CostModel(one_a100, w).task(dp_placement("actor_train", ["a0/0"])).cost.compute_s
+
+    one, two = compute(grpo_small), compute(grpo_small.model_copy(update={"ppo_epochs": 2}))
+    assert two == pytest.approx(one * (2 + 1 / 3), rel=1e-9)
+    assert not separate_old_logprob_pass("grpo", 1)
+    assert separate_old_logprob_pass("grpo", 2) and separate_old_logprob_pass("ppo", 1)

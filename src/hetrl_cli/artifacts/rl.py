@@ -115,6 +115,14 @@ ALGORITHMS: dict[Algorithm, AlgorithmSpec] = {
 """The algorithms hetrl plans and runs (PAPER.md section 2): one row each."""
 
 
+def separate_old_logprob_pass(algorithm: Algorithm, epochs: int) -> bool:
+    """Whether the actor computes the old log-probs in a forward pass of its own before the update. One update per
+    batch (one epoch) with the KL in the loss (GRPO) makes them the current policy's, so the update takes them from
+    its own forward (runtime roles.Actor); PPO needs them before training (its KL penalty is in the rewards), and
+    a second epoch needs the first's. The cost model charges the pass exactly when the runtime runs it."""
+    return not (epochs == 1 and ALGORITHMS[algorithm].kl == "loss")
+
+
 REWARD_RULE_NAMES: tuple[str, ...] = ("numeric-answer", "toy")
 """The built-in rule-based rewards (their functions: runtime/rewards.REWARD_RULES)."""
 USER_REWARD = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")

@@ -55,7 +55,8 @@ layer forward of 2 tokens, where the GPU work is negligible. A CPU does dispatch
 the per-task overhead that calibration fits carries it there; this floor applies to GPU devices only."""
 EAGER_DISPATCH_S_PER_LAYER_TRAIN = 4.5e-3
 """As EAGER_DISPATCH_S_PER_LAYER_FORWARD for a training micro-batch's forward + backward under autocast
-(4.4–5.8 ms per layer measured there); actor_train's old-log-prob forward counts as a third of it."""
+(4.4–5.8 ms per layer measured there); actor_train's old-log-prob forward, where the runtime runs it, counts
+as a third of it."""
 GRAD_ACCUMULATION_PASSES = 3
 """Per parameter and training micro-batch, in units of the gradient's bytes (the workload's precision): autograd
 adds each micro-batch's weight gradient into the held one in place (read both, write the sum). The runtime

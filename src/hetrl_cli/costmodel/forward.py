@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from hetrl_cli.artifacts.rl import HEAD, TRAIN_TASKS, TaskName
+from hetrl_cli.artifacts.rl import HEAD, TRAIN_TASKS, TaskName, separate_old_logprob_pass
 from hetrl_cli.costmodel import constants as C
 from hetrl_cli.costmodel.architectures import DTYPE_BYTES, ArchSpec
 from hetrl_cli.costmodel.comm import LinkInfo, allreduce_s, p2p_s
@@ -201,9 +201,10 @@ class Forward:
             mult, mfu, n_ar, n_p2p = 1.0, C.INFERENCE_MATMUL_EFFICIENCY, 2, 1
             dispatch, accumulate = C.EAGER_DISPATCH_S_PER_LAYER_FORWARD, 0
         # passes of (compute and bubble, TP all-reduces, stage sends), in units of one training (inference) pass;
-        # actor_train first runs one forward of its batch on the training layout for the old log-probs
+        # actor_train first runs one forward of its batch on the training layout for the old log-probs, unless the
+        # update's own forward gives them (artifacts.rl.separate_old_logprob_pass: GRPO with one epoch)
         passes = (epochs, epochs, epochs)
-        if task == "actor_train":
+        if task == "actor_train" and separate_old_logprob_pass(w.algorithm, w.ppo_epochs):
             passes = (epochs + 1 / mult, epochs + 2 / n_ar, epochs + 1 / n_p2p)
         return FwdConsts(arch, HEAD[task], ctx, mult, mfu, n_ar, n_p2p, passes, dispatch, accumulate)
 

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hetrl_cli.artifacts.rl import ALGORITHMS, HEAD, Algorithm, TaskName
+from hetrl_cli.artifacts.rl import HEAD, Algorithm, TaskName, separate_old_logprob_pass
 from hetrl_cli.costmodel import constants as C
 from hetrl_cli.costmodel.architectures import ArchSpec
 from hetrl_cli.costmodel.comm import allgather_s, allreduce_s, reduce_scatter_s
@@ -90,8 +90,7 @@ def zero3_forward_passes(task: TaskName, algorithm: Algorithm, epochs: int) -> i
     """Forward-only passes of a training task on its zero3 weights per update: the actor's old log-probs, unless
     one update per batch with the KL in the loss lets the update's own forward give them (roles.Actor
     .reuses_old_logprobs)."""
-    reuses = epochs == 1 and ALGORITHMS[algorithm].kl == "loss"
-    return 1 if task == "actor_train" and not reuses else 0
+    return 1 if task == "actor_train" and separate_old_logprob_pass(algorithm, epochs) else 0
 
 
 def zero3_step_bytes(arch: ArchSpec, head: str, bytes_per_param: int, passes: Zero3Passes) -> float:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetrl_cli.artifacts.rl import ALGORITHMS
+from hetrl_cli.artifacts.rl import ALGORITHMS, separate_old_logprob_pass
 from hetrl_cli.runtime import algorithms as alg
 from hetrl_cli.runtime.engines import RolloutEngine, Sampling
 
@@ -256,7 +256,7 @@ class Actor:
         """One update per batch (ppo_epochs 1) with the KL in the loss (GRPO): the old log-probs are the current
         policy's, so the update takes them from its own forward (same weights, same ops) instead of a separate
         pass before it. PPO needs them before training: its KL penalty is in the rewards."""
-        return self.epochs == 1 and ALGORITHMS[self.algorithm].kl == "loss"
+        return not separate_old_logprob_pass(self.algorithm, self.epochs)
 
     def logprobs(self, rollouts: list[Rollout]) -> list[list[float]]:
         return _logprobs_lists(self.shard, rollouts, self.pad_id, self.micro_batch, self.device)
