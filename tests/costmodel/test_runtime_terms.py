@@ -97,3 +97,26 @@ def test_hf_engine_bytes_by_hand() -> None:
     logits = 16 * a.vocab_size * (2 + 12)
     noise = 4 * C.HF_NOISE_BYTES
     assert hf_engine_bytes(a, "bf16", 16, 4, 512) == pytest.approx(a.param_count() * 2 + kv + logits + noise)
+
+
+def test_tp_ranks_hold_their_vocabulary_rows_in_the_memory_figures() -> None:
+    """The runtime's embedding and head are vocabulary-parallel (runtime/parallel.py vocab_range: ceil(V / tp)
+    rows on the first ranks): the hf engine's weights at tp 2 are the layers' half, those rows and the final norm;
+    the optimizer step's fp32 temporary of the largest tensor is those rows, not the whole embedding."""
+    import math
+
+    from hetrl_cli.costmodel.memory import optimizer_step_temp_bytes
+
+    a = BUILTIN["qwen3-0.6b"]  # tied: the embedding is the head
+    rows = math.ceil(a.vocab_size / 2)
+    weights = (a.num_layers * a.layer_params / 2 + rows * a.hidden_size + a.hidden_size) * 2
+    whole = hf_engine_bytes(a, "bf16", 16, 4, 512) - a.param_count() * 2
+    kv_halved = 16 * 516 * (a.num_layers + 1) * 2 * (a.num_kv_heads // 2) * a.head_dim * 2
+    kv = 16 * 516 * (a.num_layers + 1) * 2 * a.num_kv_heads * a.head_dim * 2
+    assert hf_engine_bytes(a, "bf16", 16, 4, 512, tp=2) == pytest.approx(weights + whole - kv + kv_halved)
+    w = Workload(actor={"arch": "qwen3-0.6b"}, precision="fp32", optimizer="sgd")  # no per-parameter temporaries
+    assert optimizer_step_temp_bytes(w, 0.0, a, 0, 2, 2) == 0.0  # fp32 SGD steps in place
+    w = Workload(actor={"arch": "qwen3-0.6b"}, optimizer="sgd")  # bf16: fp32 gradient copies + the largest tensor
+    per_param = optimizer_step_temp_bytes(w, 4.0 * 1000, a, 0, 2, 2) - 4.0 * rows * a.hidden_size
+    assert per_param == pytest.approx(1000 * C.OPTIMIZER_STEP_TEMP_BYTES_PER_PARAM)
+    assert optimizer_step_temp_bytes(w, 0.0, a, 1, 3, 2) == pytest.approx(4.0 * a.intermediate_size * a.hidden_size / 2)

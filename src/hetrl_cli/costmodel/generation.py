@@ -271,13 +271,15 @@ def hf_engine_bytes(arch: ArchSpec, precision: str, sequences: int, prompt_token
     full length (transformers' DynamicCache grows by concatenation, so one layer's cache is briefly held twice),
     one decoding step's logits (the head's output + HF_STEP_LOGITS_FP32_COPIES fp32 copies) and the sampling
     noise's windows (HF_NOISE_LIVE_COPIES 4 × at most HF_NOISE_BYTES, or the whole response when that is less).
-    The embedding and head are charged whole on every TP rank, an upper bound: the runtime splits them by
-    vocabulary rows (runtime/parallel.py) and all-gathers each step's logits. Unlike vLLM, which claims
-    GEN_MEMORY_UTILIZATION of the device, the hf engine allocates what it uses: tests/runtime/test_precision.py
-    measures it (150k vocabulary, 16 sequences, 512 new tokens)."""
+    A TP rank holds ceil(V / tp) rows of the embedding and head (runtime/parallel.py's vocabulary-parallel
+    slices) and the final norm whole; each step's logits are all-gathered whole (charged whole). Unlike vLLM,
+    which claims GEN_MEMORY_UTILIZATION of the device, the hf engine allocates what it uses:
+    tests/runtime/test_precision.py measures it (150k vocabulary, 16 sequences, 512 new tokens)."""
     wb = DTYPE_BYTES[precision]
-    whole = arch.embedding_params + arch.head_params("lm") + arch.hidden_size  # embedding, head, final norm
-    weights = ((arch.param_count("lm") - whole) / tp + whole) * wb
+    vocab = arch.embedding_params + arch.head_params("lm")  # embedding and head: vocabulary rows
+    rows = math.ceil(arch.vocab_size / tp) / arch.vocab_size
+    layers = arch.param_count("lm") - vocab - arch.hidden_size  # the final norm is whole on every rank
+    weights = (layers / tp + vocab * rows + arch.hidden_size) * wb
     kv_heads = max(1, math.ceil(arch.num_kv_heads / tp))
     kv_token_layer = 2 * kv_heads * arch.head_dim * wb
     length = prompt_tokens + new_tokens

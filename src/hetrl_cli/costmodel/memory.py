@@ -28,6 +28,7 @@ activations in flight + logits. Generation's memory (weights + KV cache) is in g
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -167,15 +168,17 @@ def logprob_chunk_bytes(workload: Workload, vocab: int, train: bool) -> float:
 def optimizer_step_temp_bytes(workload: Workload, opt_bytes: float, arch: ArchSpec, p: int, pp: int, tp: int) -> float:
     """What the optimizer step holds besides the model states (constants.OPTIMIZER_STEP_TEMP_BYTES_PER_PARAM): per
     parameter it steps (`opt_bytes` / the optimizer's bytes per parameter: ZeRO-sharded as its state), fp32
-    gradient copies in mixed precision and Adam's √v temporaries, and one fp32 temporary of the largest tensor (the
-    embedding or head on the first and last stage, charged whole: an upper bound, a TP rank holds ceil(V / tp)
-    rows of them (runtime/parallel.py vocab_range); else an MLP matrix)."""
+    gradient copies in mixed precision and Adam's √v temporaries, and one fp32 temporary of the largest tensor a
+    rank holds: its ceil(V / tp) rows of the embedding or head on the first and last stage (the runtime's
+    vocabulary-parallel slices, runtime/parallel.py vocab_range), else an MLP matrix's 1/tp."""
     per_param = optimizer_bytes_per_param(workload)
     if per_param == 0 and workload.precision == "fp32":
         return 0.0
     kinds = (workload.precision != "fp32") + (workload.optimizer in ("adam", "adamw"))
     stepped = opt_bytes / per_param if per_param else 0.0
-    largest = arch.vocab_size * arch.hidden_size if p in (0, pp - 1) else arch.intermediate_size * arch.hidden_size / tp
+    largest = arch.intermediate_size * arch.hidden_size / tp
+    if p in (0, pp - 1):
+        largest = max(largest, math.ceil(arch.vocab_size / tp) * arch.hidden_size)
     return stepped * kinds * C.OPTIMIZER_STEP_TEMP_BYTES_PER_PARAM + 4.0 * largest
 
 
