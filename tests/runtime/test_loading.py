@@ -51,7 +51,15 @@ def _whole(model_dir: Path, par: Parallel, head: str, dtype: str, trained: bool)
     masters = None
     if trained and dtype != "fp32":
         masters = [p.detach().clone() for _, p in shard.held]
+        kept = {
+            (m, n): b
+            for m in shard.model.modules()
+            for n, b in m._buffers.items()
+            if n in m._non_persistent_buffers_set
+        }
         shard.model.to(torch.bfloat16)
+        for (module, name), buf in kept.items():  # rotary inv_freq stays fp32, as from_pretrained(dtype=) keeps it
+            module._buffers[name] = buf
     return shard, masters
 
 
@@ -209,3 +217,27 @@ def test_peak_memory_while_loading_stays_within_1_2x_the_steady_state(tmp_path: 
             f"{where}, held {new['held'] / mib:.1f} MiB; whole-model load: peak "
             f"{(old['peak'] - old['base']) / mib:.1f} MiB, steady {(old['steady'] - old['base']) / mib:.1f} MiB"
         )
+
+
+def test_a_bf16_trainer_keeps_the_rotary_frequencies_in_fp32(tmp_path: Path, monkeypatch) -> None:
+    """The actor's `inv_freq` (non-persistent) stays fp32 and equal to the reference's, unsharded and zero3-loaded:
+    cast to bf16 the trainer's rotary angles differed from the engine's and the reference's."""
+    from hetrl_cli.artifacts.workload import RLSpec
+    from hetrl_cli.runtime.roles import Actor, Reference
+    from hetrl_cli.runtime.sharding import Zero
+    from hetrl_cli.runtime.zero3 import Zero3Shard
+
+    model_dir = _save(tmp_path / "m", "qwen3", True)
+    ref = Reference(model_dir, pad_id=1, micro_batch=3, precision="bf16")
+    reference = dict(ref.model.named_buffers())
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 1)
+    zero = Zero("zero3", None, 2, 0)
+    actors = [Actor(model_dir, RLSpec(), "grpo", "adamw", 1, 1, 3, precision="bf16"),
+              Actor(model_dir, RLSpec(), "grpo", "adamw", 1, 1, 3, precision="bf16", zero=zero)]  # fmt: skip
+    assert isinstance(actors[1].shard, Zero3Shard)
+    for actor in actors:
+        buffers = dict(actor.model.named_buffers())
+        assert any(name.endswith("inv_freq") for name in buffers)
+        for name, buf in buffers.items():
+            assert buf.dtype == torch.float32 and torch.equal(buf, reference[name]), name
+        assert next(actor.model.parameters()).dtype == torch.bfloat16

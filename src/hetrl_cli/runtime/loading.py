@@ -218,7 +218,7 @@ def _place_buffers(model: nn.Module, device: str, dtype: Any) -> None:
             if buf is None:
                 continue
             moved = buf.to(device)
-            if dtype is not None and moved.is_floating_point():
+            if dtype is not None and moved.is_floating_point() and name not in module._non_persistent_buffers_set:
                 moved = moved.to(dtype)
             module._buffers[name] = moved
 
@@ -241,5 +241,7 @@ def _load_whole(folder: Path, par: Parallel, device: str, dtype: str, head: str,
     masters = None
     if trained and dtype != "fp32":
         masters = [p.detach().clone() for _, p in shard.held]
-        shard.model.to(torch_dtype(dtype))
+        for param in shard.model.parameters():
+            param.data = param.data.to(torch_dtype(dtype))
+        _place_buffers(shard.model, device, torch_dtype(dtype))
     return Loaded(shard, masters)
