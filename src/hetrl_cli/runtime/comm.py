@@ -59,6 +59,17 @@ def init_world(backend: str, timeout_s: float) -> None:
     dist.init_process_group(backend=backend, init_method="env://", timeout=_dt.timedelta(seconds=timeout_s))
 
 
+def leave_world() -> None:
+    """After a finished run every rank meets before any closes its groups: a rank whose peer exits or closes its
+    gloo pairs while it still works or closes its own aborts (SIGABRT, "terminate called without an active
+    exception"), which turned a completed run into a failed one."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def make_groups(specs: dict[str, list[int]], timeout_s: float) -> Groups:
     """Create every named group in sorted-name order (same order on every rank)."""
     import torch.distributed as dist

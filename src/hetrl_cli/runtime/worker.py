@@ -664,6 +664,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_device(manifest.backend, manifest.devices[rank])  # NCCL wants the rank's GPU set before it starts
         comm.init_world(manifest.backend, manifest.collective_timeout_s)
         Worker(run, plan, manifest, rank).run()
+        comm.leave_world()
         run.log(rank, "done").write_text(now_iso() + "\n")
         return 0
     except CheckpointError as exc:  # a cause the user can act on (ENOSPC, a corrupt checkpoint): one line
