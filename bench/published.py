@@ -300,6 +300,70 @@ FIGURES: tuple[Figure, ...] = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class PhaseBreakdown:
+    """One published RL step split into its phases (seconds each), to find where a whole step's residual lies.
+    Not a Figure: it is neither fitted nor in the check set's median (adding it there would move the median by
+    construction); bench/published.py compares it phase by phase with the cost model's terms (`--phases`)."""
+
+    key: str
+    source: str
+    citation: str
+    setting: Setting
+    phases: tuple[tuple[str, float], ...]
+    """("total", s), ("generation", s), ("logprobs", s), ("training", s), ("refit", s) as the source names them:
+    generation = vLLM's rollout; logprobs = the policy's old log-probs and the reference's; training = the policy
+    update (all its optimizer steps); refit = offload of the trainer's state + the weight transfer into vLLM."""
+    why: str
+
+
+NEMO_RL_V03 = "https://github.com/NVIDIA-NeMo/RL/discussions/1161"
+_NEMO_V03_NOTE = (
+    "rollout batch 2,048 (64 prompts × 32), train global batch 512 (four optimizer steps a step), max sequence 4,096, "
+    "sequence packing (4,096 tokens a micro-batch: micro_batch ≈ 4,096 / (256 + mean response)); prompt length not "
+    "published: 256 assumed; colocated, optimizer offloaded during generation as in the v0.5 rows"
+)
+PHASE_BREAKDOWNS: tuple[PhaseBreakdown, ...] = (
+    PhaseBreakdown(
+        "nemo-rl-v0.3/llama3.1-8b/8xh100", "NeMo-RL",
+        f"{NEMO_RL_V03} — 'NeMo-RL V0.3: Scalable and Performant Post-training with Nemo-RL via Megatron-Core' "
+        "(docs/blogs, 2025-07-21; posted 2025-07-31), step time breakdown table, Llama 3.1-8B Instruct, Megatron, "
+        "1 node × 8 GPUs, average over steps 22-29",
+        Setting("llama-3.1-8b", "H100 SXM", 8, 1, "rl_step", tp=1, pp=1, gen_tp=1, prompts=64, responses=32,
+                prompt_tokens=256, response_tokens=3840, mean_fraction=795 / 3840, micro_batch=4,
+                sharding="zero1", train_offload=True,
+                assumptions=_NEMO_V03_NOTE + "; 'Llama 3.1-8B was run with only data parallel' (DP8); vLLM TP1 "
+                "(grpo_math_8B_megatron.yaml at v0.3.0); 795 generated tokens a sample; no activation checkpointing"),
+        (("total", 112.0), ("training", 28.0), ("refit", 5.0), ("generation", 58.0), ("logprobs", 18.0)),
+        "the per-phase split of the same framework's whole GRPO steps (the check set's two NeMo-RL steps publish "
+        "the total only): diagnostic, decided before pricing it; not fitted, not in the check median",
+    ),
+    PhaseBreakdown(
+        "nemo-rl-v0.3/llama3.1-70b/64xh100", "NeMo-RL",
+        f"{NEMO_RL_V03} — same table, Llama 3.1-70B Base, Megatron, 8 nodes × 8 GPUs (2025-07-21)",
+        Setting("llama-3.1-70b", "H100 SXM", 8, 8, "rl_step", tp=4, pp=4, gen_tp=4, prompts=64, responses=32,
+                prompt_tokens=256, response_tokens=3840, mean_fraction=398 / 3840, micro_batch=6,
+                sharding="zero1", train_offload=True,
+                assumptions=_NEMO_V03_NOTE + "; TP4 PP4 (DP4) as the table's note says; vLLM TP4 (the post's "
+                "DTensor command for the same model; the Megatron run's is not stated); 398 generated tokens"),
+        (("total", 147.0), ("training", 28.0), ("refit", 14.0), ("generation", 84.0), ("logprobs", 18.0)),
+        "as the 8B row: a 9× larger model, the refit's growth with size; diagnostic only",
+    ),
+    PhaseBreakdown(
+        "nemo-rl-v0.3/qwen3-32b/64xh100", "NeMo-RL",
+        f"{NEMO_RL_V03} — same table, Qwen3 32B, Megatron, 8 nodes × 8 GPUs (2025-07-21)",
+        Setting("qwen3-32b", "H100 SXM", 8, 8, "rl_step", tp=4, pp=2, gen_tp=4, prompts=64, responses=32,
+                prompt_tokens=256, response_tokens=3840, mean_fraction=3283 / 3840, micro_batch=1,
+                sharding="zero1", train_offload=True,
+                assumptions=_NEMO_V03_NOTE + "; TP4 PP2 (DP8) as the table's note says; vLLM TP4 assumed (the v0.5 "
+                "recipe grpo-qwen3-32b-4n8g.yaml); 3,283 generated tokens"),
+        (("total", 213.0), ("training", 68.0), ("refit", 7.0), ("generation", 96.0), ("logprobs", 40.0)),
+        "the model of the check set's 32B step, on twice its GPUs; diagnostic only",
+    ),
+)  # fmt: skip
+"""NeMo-RL's own published per-phase split of whole GRPO steps (v0.3 blog), the phases its step timer names."""
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Building a setting with hetrl's pieces
 
