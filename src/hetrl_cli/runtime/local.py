@@ -145,6 +145,8 @@ def torchrun_failure(output: str) -> tuple[int, int] | None:
 
 
 def exit_how(code: int) -> str:
+    """How a worker ended, for the one-line failure message: subprocess and torchrun report death by a signal as
+    the negative signal number, which reads as a signal, not as an exit code."""
     return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
 
 
