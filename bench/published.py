@@ -34,6 +34,8 @@ from hetrl_cli.artifacts.profile import ClusterProfile
 from hetrl_cli.artifacts.rl import separate_old_logprob_pass
 from hetrl_cli.artifacts.workload import LengthDistribution, ModelSpec, Workload
 from hetrl_cli.costmodel import constants as C
+from hetrl_cli.costmodel.forward import forward_only_passes
+from hetrl_cli.costmodel.memory import grad_bytes_per_param, weight_bytes_per_param
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
 from hetrl_cli.profiling.catalog import profile_from_cluster
@@ -98,6 +100,12 @@ class Setting:
     """Figures of the run's GPU where it is not the catalog's: peak_tflops (bf16/fp16), memory_gbps, memory_gib."""
     inter_node: str = "3200Gbps"
     """Per host pair and direction: 8 GPUs × 400 Gb/s InfiniBand NDR on a DGX H100-class node."""
+    optimizer_steps: int = 1
+    """Optimizer steps a published RL step takes (rollout batch / train global batch; NeMo-RL's 2,048 / 512 = 4).
+    hetrl's runtime takes one per epoch (roles.Actor.train_step), so the cost model prices one: the others are
+    the framework's (framework_s)."""
+    framework: str = ""
+    """The RL framework whose own per-step work framework_s adds ("nemo-rl-megatron"); "" for none."""
     assumptions: str = ""
     """What the source does not state and this setting assumes."""
 
@@ -161,7 +169,7 @@ FIGURES: tuple[Figure, ...] = (
         "step_s", 92.8,
         Setting("llama-3.1-8b", "H100 SXM", 8, 2, "rl_step", tp=1, pp=2, gen_tp=1, prompts=64, responses=32,
                 prompt_tokens=256, response_tokens=3840, mean_fraction=(1019 - 256) / 3840, micro_batch=4,
-                recompute=True, sharding="zero1", train_offload=True,
+                recompute=True, sharding="zero1", train_offload=True, optimizer_steps=4, framework="nemo-rl-megatron",
                 assumptions=_NEMO_NOTE + "; recipe grpo-llama3.1-8b-instruct-2n8g.yaml: PP2, "
                 "activation checkpointing, vLLM TP1"),
         "rl_step", "check", "was the fit set's RL step (the smaller of this source's two); moved to the check set "
@@ -174,7 +182,7 @@ FIGURES: tuple[Figure, ...] = (
         "step_s", 376.0,
         Setting("qwen3-32b", "H100 SXM", 8, 4, "rl_step", tp=4, pp=4, gen_tp=4, prompts=64, responses=32,
                 prompt_tokens=256, response_tokens=3840, mean_fraction=(3251 - 256) / 3840, micro_batch=1,
-                sharding="zero1", train_offload=True,
+                sharding="zero1", train_offload=True, optimizer_steps=4, framework="nemo-rl-megatron",
                 assumptions=_NEMO_NOTE.replace("≈ 4 sequences (micro_batch 4)", "≈ 1 sequence (micro_batch 1)")
                 + "; recipe grpo-qwen3-32b-4n8g.yaml: TP4 PP4 (DP2), vLLM TP4"),
         "rl_step", "check", "a 4× larger model, TP4×PP4 and 4 nodes: the fit never sees this layout",
@@ -331,7 +339,7 @@ PHASE_BREAKDOWNS: tuple[PhaseBreakdown, ...] = (
         "1 node × 8 GPUs, average over steps 22-29",
         Setting("llama-3.1-8b", "H100 SXM", 8, 1, "rl_step", tp=1, pp=1, gen_tp=1, prompts=64, responses=32,
                 prompt_tokens=256, response_tokens=3840, mean_fraction=795 / 3840, micro_batch=4,
-                sharding="zero1", train_offload=True,
+                sharding="zero1", train_offload=True, optimizer_steps=4, framework="nemo-rl-megatron",
                 assumptions=_NEMO_V03_NOTE + "; 'Llama 3.1-8B was run with only data parallel' (DP8); vLLM TP1 "
                 "(grpo_math_8B_megatron.yaml at v0.3.0); 795 generated tokens a sample; no activation checkpointing"),
         (("total", 112.0), ("training", 28.0), ("refit", 5.0), ("generation", 58.0), ("logprobs", 18.0)),
@@ -343,7 +351,7 @@ PHASE_BREAKDOWNS: tuple[PhaseBreakdown, ...] = (
         f"{NEMO_RL_V03} — same table, Llama 3.1-70B Base, Megatron, 8 nodes × 8 GPUs (2025-07-21)",
         Setting("llama-3.1-70b", "H100 SXM", 8, 8, "rl_step", tp=4, pp=4, gen_tp=4, prompts=64, responses=32,
                 prompt_tokens=256, response_tokens=3840, mean_fraction=398 / 3840, micro_batch=6,
-                sharding="zero1", train_offload=True,
+                sharding="zero1", train_offload=True, optimizer_steps=4, framework="nemo-rl-megatron",
                 assumptions=_NEMO_V03_NOTE + "; TP4 PP4 (DP4) as the table's note says; vLLM TP4 (the post's "
                 "DTensor command for the same model; the Megatron run's is not stated); 398 generated tokens"),
         (("total", 147.0), ("training", 28.0), ("refit", 14.0), ("generation", 84.0), ("logprobs", 18.0)),
@@ -354,7 +362,7 @@ PHASE_BREAKDOWNS: tuple[PhaseBreakdown, ...] = (
         f"{NEMO_RL_V03} — same table, Qwen3 32B, Megatron, 8 nodes × 8 GPUs (2025-07-21)",
         Setting("qwen3-32b", "H100 SXM", 8, 8, "rl_step", tp=4, pp=2, gen_tp=4, prompts=64, responses=32,
                 prompt_tokens=256, response_tokens=3840, mean_fraction=3283 / 3840, micro_batch=1,
-                sharding="zero1", train_offload=True,
+                sharding="zero1", train_offload=True, optimizer_steps=4, framework="nemo-rl-megatron",
                 assumptions=_NEMO_V03_NOTE + "; TP4 PP2 (DP8) as the table's note says; vLLM TP4 assumed (the v0.5 "
                 "recipe grpo-qwen3-32b-4n8g.yaml); 3,283 generated tokens"),
         (("total", 213.0), ("training", 68.0), ("refit", 7.0), ("generation", 96.0), ("logprobs", 40.0)),
@@ -455,8 +463,9 @@ def framework_old_logprob_s(model: CostModel, terms: dict[str, float]) -> float:
     if separate_old_logprob_pass(w.algorithm, w.ppo_epochs):
         return 0.0
     c = model.forward.consts("actor_train")
-    extra = {"compute": 1 / c.mult, "memory": 1 / c.mult, "host": 1 / c.mult, "bubble": 1 / c.mult}
-    extra |= {"tp_comm": 2 / c.allreduces_per_layer, "pp_p2p": 1 / c.sends_per_stage}
+    compute, tp_comm, sends = forward_only_passes(c.mult, c.allreduces_per_layer, c.sends_per_stage)
+    extra = {"compute": compute, "memory": compute, "host": compute, "bubble": compute}
+    extra |= {"tp_comm": tp_comm, "pp_p2p": sends}
     return sum(v * extra.get(k, 0.0) / w.ppo_epochs for k, v in terms.items())
 
 
@@ -519,6 +528,119 @@ def _gen_time(model: CostModel, devices: list[str], tp: int) -> tuple[float, dic
     return est.cost.total_s, dict(est.terms), est.violation
 
 
+def rl_step_estimate(model: CostModel, s: Setting, devices: list[str]):
+    """A colocated GRPO step as the planner scores it (one group, the published layouts) and the old-log-prob
+    forward the published frameworks add (framework_old_logprob_s)."""
+    groups = [GroupPlacement("all", tuple(model.required_tasks), tuple(devices))]
+    places = [
+        layout(t, devices, s.gen_tp, 1)
+        if t == "generation"
+        else layout(t, devices, s.tp, s.pp, s.train_offload and t == "actor_train")
+        for t in model.required_tasks
+    ]
+    est = model.evaluate(groups, places)
+    return est, framework_old_logprob_s(model, dict(est.tasks["actor_train"].terms))
+
+
+NEMO_RL_WORKER = "https://github.com/NVIDIA-NeMo/RL/blob/v0.5.0/nemo_rl/models/policy/workers/megatron_policy_worker.py"
+NEMO_RL_VLLM = "https://github.com/NVIDIA-NeMo/RL/blob/v0.5.0/nemo_rl/models/generation/vllm/vllm_worker.py"
+
+
+def framework_s(model: CostModel, s: Setting, est) -> dict[str, float]:
+    """Seconds a step of `s.framework` spends, by phase, on work hetrl's runtime does not do (so the cost model,
+    which prices hetrl's runtime, charges none of it). "nemo-rl-megatron", read in NeMo-RL's source at v0.5.0
+    (same calls at v0.3.0):
+    - training: `s.optimizer_steps` updates a step (train_global_batch_size 512 of a 2,048-sample rollout), each
+      with its DP gradient reduce, optimizer step and pipeline flush; hetrl's runtime takes one an epoch, which
+      the cost model prices: the other steps - 1 are the framework's (actor_train's dp_allreduce, optimizer and
+      bubble terms once more each);
+    - host copies, per GPU at HOST_DEVICE_Bps (every GPU copies over its own PCIe link at once), of state hetrl's
+      runtime leaves where it is (its engine sleeps at level 2, freeing without a copy; its reference stays
+      resident; its trainer keeps weights and frees gradients; only the optimizer state goes to host, which the
+      cost model prices in actor_train's `offload`):
+      refit: the DDP gradient buffers to host (offload_before_refit), vLLM's weights back from host on wake_up
+      (it slept at level 1: vllm_worker.sleep -> llm.sleep(level=1)), the trainer's weights to host
+      (offload_after_refit); generation: vLLM's sleep(level=1) copying its weights to host; logprobs: the
+      reference swap (use_reference_model: the policy's state dict to host, the reference's from host, the
+      policy's back: 3 copies); other (logprob_inference_prep, training_prep): the trainer's weights and gradient
+      buffers back to the device. Weights and gradients in the workload's dtype (bf16: Megatron's default
+      grad_reduce_in_fp32 false), a training GPU holding 1/(tp·pp) of them and an engine GPU 1/gen_tp."""
+    if s.framework != "nemo-rl-megatron":
+        return {}
+    w = model.workload
+    arch = model.step.arch["actor_train"]
+    params = arch.param_count()
+    train_dev = params * weight_bytes_per_param(w) / (s.tp * s.pp)
+    grads_dev = params * grad_bytes_per_param(w) / (s.tp * s.pp)
+    engine_dev = params * weight_bytes_per_param(w) / s.gen_tp
+    bps = C.HOST_DEVICE_Bps
+    terms = est.tasks["actor_train"].terms
+    per_update = sum(terms.get(k, 0.0) for k in ("dp_allreduce", "optimizer", "bubble")) / w.ppo_epochs
+    return {
+        "training": (s.optimizer_steps - 1) * per_update,
+        "refit": (grads_dev + engine_dev + train_dev) / bps,
+        "generation": engine_dev / bps,
+        "logprobs": 3 * train_dev / bps,
+        "other": (train_dev + grads_dev) / bps,
+    }
+
+
+def step_phases(est, old_logprob: float) -> dict[str, float]:
+    """The cost model's seconds of a colocated GRPO step in NeMo-RL's phases (PhaseBreakdown.phases):
+    logprobs = reference + the old-log-prob pass; training = actor_train without its optimizer's offload copies,
+    which NeMo-RL makes in the refit (to host: offload_before_refit) and before training (back: training_prep,
+    outside the four published phases); refit = the weight sync + the copy to host; other = what the iteration
+    holds besides (the copy back, transfers, rewards)."""
+    train = est.tasks["actor_train"]
+    offload = train.terms.get("offload", 0.0)
+    phases = {
+        "generation": est.tasks["generation"].cost.total_s,
+        "logprobs": est.tasks["reference"].cost.total_s + old_logprob,
+        "training": train.cost.total_s - offload,
+        "refit": est.weight_sync_s + offload / 2,
+    }
+    phases["total"] = est.iteration_s + old_logprob
+    phases["other"] = phases["total"] - sum(v for k, v in phases.items() if k != "total")
+    return phases
+
+
+def predict_phases(bd: PhaseBreakdown, config_dir: Path) -> dict[str, Any]:
+    """The cost model's phases of `bd`'s step next to the published ones, and actor_train's terms."""
+    s = bd.setting
+    profile = cluster_profile(s)
+    model = CostModel(profile, workload(s, config_dir))
+    est, old_logprob = rl_step_estimate(model, s, [d.id for d in profile.devices])
+    extra = framework_s(model, s, est)
+    phases = step_phases(est, old_logprob)
+    for k, v in extra.items():
+        phases[k] += v
+    phases["total"] += sum(extra.values())
+    return {
+        "key": bd.key,
+        "published": dict(bd.phases),
+        "predicted": phases,
+        "framework": extra,
+        "actor_train_terms": dict(est.tasks["actor_train"].terms),
+        "generation_terms": dict(est.tasks["generation"].terms),
+        "violations": list(est.violations),
+    }
+
+
+def phase_table(rows: list[dict[str, Any]]) -> str:
+    """Published vs predicted seconds per phase, markdown."""
+    names = ("total", "generation", "logprobs", "training", "refit", "other")
+    lines = ["| step | " + " | ".join(f"{n} pub / pred" for n in names) + " |", "|---|" + "---:|" * len(names)]
+    for r in rows:
+        cells = []
+        for n in names:
+            pub = r["published"].get(n)
+            if pub is None and n == "other" and "total" in r["published"]:
+                pub = r["published"]["total"] - sum(v for k, v in r["published"].items() if k != "total")
+            cells.append(f"{'—' if pub is None else f'{pub:.1f}'} / {r['predicted'][n]:.1f}")
+        lines.append(f"| {r['key']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def predict(fig: Figure, config_dir: Path, calibration: dict | None = None) -> Prediction:
     """hetrl's prediction of `fig`'s quantity in its setting."""
     s = fig.setting
@@ -527,18 +649,13 @@ def predict(fig: Figure, config_dir: Path, calibration: dict | None = None) -> P
     w = workload(s, config_dir)
     model = CostModel(profile, w, calibration)
     if s.kind == "rl_step":
-        groups = [GroupPlacement("all", tuple(model.required_tasks), tuple(devices))]
-        places = [
-            layout(t, devices, s.gen_tp, 1)
-            if t == "generation"
-            else layout(t, devices, s.tp, s.pp, s.train_offload and t == "actor_train")
-            for t in model.required_tasks
-        ]
-        est = model.evaluate(groups, places)
+        est, old_logprob = rl_step_estimate(model, s, devices)
         terms = {t: e.cost.total_s for t, e in est.tasks.items()} | {"weight_sync": est.weight_sync_s}
-        old_logprob = framework_old_logprob_s(model, dict(est.tasks["actor_train"].terms))
         terms["actor_train"] += old_logprob
-        return Prediction(fig.key, est.iteration_s + old_logprob, fig.published, terms, list(est.violations))
+        extra = framework_s(model, s, est)
+        terms |= {f"framework:{k}": v for k, v in extra.items()}
+        total = est.iteration_s + old_logprob + sum(extra.values())
+        return Prediction(fig.key, total, fig.published, terms, list(est.violations))
     if s.kind == "train":
         model, train_s, terms, violation = train_step_s(s, profile, w, calibration)
         tokens = model.step.n_samples * model.step.seq_mean
@@ -727,6 +844,7 @@ def run(fit: bool) -> dict[str, Any]:
             "prior": predict_all(FIGURES, PRIORS, config_dir),
         }
         result: dict[str, Any] = {"figures": [asdict(f) for f in FIGURES], "constants": applied()}
+        result["phases"] = all_phases(config_dir)
         for name, preds in blocks.items():
             result[name] = {"predictions": [_pred_json(p) for p in preds], "summary": summary(FIGURES, preds)}
         if fit:
@@ -739,6 +857,13 @@ def run(fit: bool) -> dict[str, Any]:
                 "summary": summary(FIGURES, fitted),
             }
     return result
+
+
+def all_phases(config_dir: Path) -> list[dict[str, Any]]:
+    """predict_phases of every PhaseBreakdown and of the whole-step figures (published total only)."""
+    steps = [PhaseBreakdown(f.key, f.source, f.citation, f.setting, (("total", f.published),), f.why)
+             for f in FIGURES if f.setting.kind == "rl_step"]  # fmt: skip
+    return [predict_phases(bd, config_dir) for bd in (*PHASE_BREAKDOWNS, *steps)]
 
 
 def _pred_json(p: Prediction) -> dict[str, Any]:
@@ -754,7 +879,8 @@ def report(result: dict[str, Any]) -> str:
 
     parts = [table(FIGURES, preds(result["today"]), "costmodel/constants.py (what the planner prices)"), "",
              _summary_md(result["today"]), "", table(FIGURES, preds(result["prior"]), "The priors (before the fit)"),
-             "", _summary_md(result["prior"])]  # fmt: skip
+             "", _summary_md(result["prior"]), "", "**Whole GRPO steps by phase (seconds)**", "",
+             phase_table(result["phases"])]  # fmt: skip
     if "proposal" in result:
         prop = result["proposal"]
         parts += ["", table(FIGURES, preds(prop), "With the fitted constants"), "", _summary_md(prop), "",

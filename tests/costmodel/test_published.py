@@ -3,6 +3,7 @@ them with the cost model, and its fit of constants is analysis only (constants.p
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import re
@@ -124,3 +125,60 @@ def test_selective_op_ac_recomputes_a_third_of_the_forward(published, tmp_path):
     s = fig.setting
     model = CostModel(published.cluster_profile(s), published.workload(s, tmp_path))
     assert 0.28 < published.selective_share(model) < 0.37
+
+
+# ---- issue 24, item 1: where the NeMo-RL steps' residual lies (their own per-phase split) ----------------------
+
+
+def test_phase_breakdowns_are_cited_and_not_in_the_figures(published):
+    """The per-phase splits are diagnostics: cited, with a total and the four phases, and never a Figure (so
+    neither fitted nor counted in the check median)."""
+    keys = {f.key for f in published.FIGURES}
+    assert len(published.PHASE_BREAKDOWNS) >= 3
+    for bd in published.PHASE_BREAKDOWNS:
+        assert bd.key not in keys
+        assert re.search(r"https?://\S+", bd.citation) and re.search(r"\b20\d\d\b", bd.citation), bd.key
+        phases = dict(bd.phases)
+        assert set(phases) == {"total", "generation", "logprobs", "training", "refit"}, bd.key
+        assert sum(v for k, v in phases.items() if k != "total") <= phases["total"]
+
+
+def test_phases_add_up_to_the_step_and_carry_the_framework_work(published, tmp_path):
+    """predict_phases splits the step the cost model prices (plus the framework's work) into NeMo-RL's phases
+    without losing or double-counting a second, and the framework's work is where NeMo-RL's source puts it."""
+    rows = {r["key"]: r for r in published.all_phases(tmp_path)}
+    assert set(rows) >= {bd.key for bd in published.PHASE_BREAKDOWNS}
+    for r in rows.values():
+        pred = r["predicted"]
+        assert sum(v for k, v in pred.items() if k != "total") == pytest.approx(pred["total"], rel=1e-9)
+        assert all(pred[k] > 0 for k in ("generation", "logprobs", "training", "refit")), r["key"]
+        extra = r["framework"]
+        assert set(extra) == {"training", "refit", "generation", "logprobs", "other"}, r["key"]
+        assert all(v > 0 for v in extra.values()), r["key"]
+    # the whole-step figures' predictions include the same framework work
+    fig = next(f for f in published.FIGURES if f.key == "nemo-rl/llama3.1-8b/16xh100")
+    pred = published.predict(fig, tmp_path)
+    framework = sum(v for k, v in pred.terms.items() if k.startswith("framework:"))
+    assert framework == pytest.approx(sum(rows[fig.key]["framework"].values()), rel=1e-9)
+    assert pred.predicted == pytest.approx(rows[fig.key]["predicted"]["total"], rel=1e-9)
+
+
+def test_framework_work_is_only_the_named_frameworks(published, tmp_path):
+    """A setting without a framework gets none of it; NeMo-RL's four optimizer steps add three updates' DP reduce,
+    optimizer step and pipeline flush, and its host copies are bytes over HOST_DEVICE_Bps."""
+    from hetrl_cli.costmodel.model import CostModel
+
+    bd = published.PHASE_BREAKDOWNS[0]
+    s = bd.setting
+    profile = published.cluster_profile(s)
+    model = CostModel(profile, published.workload(s, tmp_path))
+    est, _ = published.rl_step_estimate(model, s, [d.id for d in profile.devices])
+    plain = dataclasses.replace(s, framework="")
+    assert published.framework_s(model, plain, est) == {}
+    extra = published.framework_s(model, s, est)
+    terms = est.tasks["actor_train"].terms
+    per_update = sum(terms.get(k, 0.0) for k in ("dp_allreduce", "optimizer", "bubble"))
+    assert extra["training"] == pytest.approx((s.optimizer_steps - 1) * per_update)
+    params = model.step.arch["actor_train"].param_count()
+    # 8B, TP1 PP1, vLLM TP1, bf16: the reference swap moves the policy's bytes three times
+    assert extra["logprobs"] == pytest.approx(3 * 2 * params / C.HOST_DEVICE_Bps)
