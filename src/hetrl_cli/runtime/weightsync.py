@@ -96,10 +96,36 @@ class OverlappedSync:
         self.worker.duty.load_buckets(staged)
 
 
+def sync_specs(layout: Any, engine: str) -> dict[str, list[int]]:
+    """The run's weight-sync groups: `sync:actor`, the actor leader and the generation ranks that load the weights
+    (`Layout.sync_ranks` less `engine_followers`), and with a separate critic `sync:critic`."""
+    followers = engine_followers(layout, engine)
+    leader = layout.tasks["actor_train"].leader
+    actor = [r for r in layout.sync_ranks("actor_train", "generation") if r == leader or r not in followers]
+    specs = {"sync:actor": actor}
+    if "critic_train" in layout.tasks:
+        specs["sync:critic"] = layout.sync_ranks("critic_train", "critic_inference")
+    return specs
+
+
+def engine_followers(layout: Any, engine: str) -> set[int]:
+    """Generation ranks the weights need not reach: with an engine whose TP replica's leader alone loads them
+    (vLLM: the leader hands each bucket to vLLM, whose TP workers take their slices from it), every other rank of
+    each replica. With the hf engine every TP rank keeps its own slices, so none."""
+    from hetrl_cli.runtime.engines import ENGINES
+
+    spec = ENGINES.get(engine)
+    if spec is None or not spec.leader_loads or "generation" not in layout.tasks:
+        return set()
+    return {r for rep in layout.tasks["generation"].replicas for r in rep.ranks if r != rep.grid[0][0]}
+
+
 def sync_group(w: Any, source: str, target: str, trainer: Any, gathered: Any, load: Any, wait: bool = True) -> None:
     """One weight sync `source` -> `target` of worker `w` over `sync:<role>`: `gathered` is the leader's full
     weights, `load` takes an iterable of buckets of full weights into this rank's inference copy (None: nothing
-    to load here; the buckets still pass through: a relay member forwards them)."""
+    to load here; the buckets still pass through: a relay member forwards them). A rank with an engine but not
+    in the group (a follower of its replica's leader: `sync_specs`) loads an empty stream, so its engine's duty
+    still records the load (version, sleep/wake state) as every rank of its replica does."""
     from hetrl_cli.runtime import comm
     from hetrl_cli.runtime.engines import buckets
     from hetrl_cli.runtime.engines.duty import sync_bucket_bytes
@@ -115,7 +141,7 @@ def sync_group(w: Any, source: str, target: str, trainer: Any, gathered: Any, lo
         named = gathered if w.rank == leader else None
         channel = w.channels.get(group)
         if channel is None:
-            chain = w.layout.sync_chain(source, target)
+            chain = [r for r in w.layout.sync_chain(source, target) if w.groups.has(group, r)]
             dtype = torch_dtype(w.workload.precision)
             channel = comm.WeightChannel(leader, w.groups.get(group), w.groups.size(group), chain, w.device, dtype,
                                          bucket_bytes)  # fmt: skip
@@ -125,3 +151,5 @@ def sync_group(w: Any, source: str, target: str, trainer: Any, gathered: Any, lo
             load(stream)
         for _ in stream:  # whatever the loader left (none normally): every member moves every bucket
             pass
+    elif load is not None:  # its replica's leader loads the weights for the replica: nothing reaches this rank
+        load(iter(()))

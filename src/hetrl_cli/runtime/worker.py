@@ -195,10 +195,9 @@ class Worker:
         for name, tl in lay.tasks.items():
             specs.update(tl.group_specs(zero=self.sharded(name)))
         specs["rest"] = lay.rest_ranks
-        specs["sync:actor"] = lay.sync_ranks("actor_train", "generation")
-        if "critic_train" in lay.tasks:
-            specs["sync:critic"] = lay.sync_ranks("critic_train", "critic_inference")
-        return specs
+        from hetrl_cli.runtime.weightsync import sync_specs
+
+        return specs | sync_specs(lay, self.manifest.engine)  # vLLM's TP followers take no weights
 
     def _model_dir(self, role: str) -> Path:
         from hetrl_cli.runtime.tinymodel import resolve_model_dir

@@ -245,6 +245,9 @@ class EngineSpec:
     pins the same range); None: whatever hetrl's own requirements admit."""
     api: str = ""
     """What of its library the engine calls, as a version mismatch names it."""
+    leader_loads: bool = False
+    """A TP replica's leader alone takes the synced weights (it hands them to the engine's own TP workers): the
+    weight sync sends its other TP ranks nothing (runtime/weightsync.sync_specs)."""
 
     def version_problem(self, version: str) -> str | None:
         """One line when `version` of its distribution is outside `tested` (None inside it, or untracked).
@@ -306,6 +309,7 @@ ENGINES: dict[str, EngineSpec] = {
         tp_across_hosts=False,
         offload=False,
         sleep_wake=True,
+        leader_loads=True,
         builder="hetrl_cli.runtime.engines.vllm_tp:build",
         tested=((0, 32), (0, 33)),
         api="collective_rpc, layerwise reload, sleep/wake_up",

@@ -4,8 +4,9 @@ How: the replica's leader (TP rank 0) builds one vLLM engine with vLLM's multipr
 `tensor_parallel_size` = the plan's tp, its engine core spawned with CUDA_VISIBLE_DEVICES listing the replica's plan
 GPUs in TP order, so vLLM's TP worker i runs on the device of the plan's TP rank i. The other TP ranks of the
 replica hand their devices over to those workers while generation runs: they take part in the run's collectives
-(the weight sync's buckets pass through them; the tokens and the weights' checksum come to them from the leader
-over the plan's TP group) and drive nothing of vLLM themselves.
+(the tokens and the weights' checksum come to them from the leader over the plan's TP group) and drive nothing of
+vLLM themselves. The weight sync leaves them out (the registry's `leader_loads`; runtime/weightsync.sync_specs):
+the leader's engine hands each bucket to every vLLM worker, which takes its own slice from it.
 
 Why this and not the external launcher (vLLM's executor for torchrun-launched SPMD RL): vLLM 0.32 has no API to
 give it a process group. `init_distributed_environment` adopts torch's default (world) group when one exists, and
@@ -25,8 +26,7 @@ runs on each), the leader's `sleep`/`wake` put every TP worker to sleep and wake
 the other ranks keep the same state so the worker's sleep/wake order is the same on each.
 
 Limits: vLLM's multiprocessing executor starts its workers on one host, so a TP replica whose devices span hosts is
-refused (one line at build; the registry's `tp_hosts`). The other TP ranks still receive the synced weights, as
-with the hf engine (only the leader would need them).
+refused (one line at build; the registry's `tp_hosts`).
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ class ReplicaFollower(RolloutEngine):
         return _from_leader(None, self.leader, self.group)
 
     def load_weights(self, named_buckets: Iterable[Bucket]) -> None:
-        """The buckets pass through (a sync channel's receive runs as they are taken); the leader loads them."""
+        """The weight sync sends this rank nothing (the leader loads the replica's weights): an empty stream."""
         for _ in named_buckets:
             pass
 
