@@ -632,7 +632,7 @@ def phase_table(rows: list[dict[str, Any]]) -> str:
         cells = []
         for n in names:
             pub = r["published"].get(n)
-            if pub is None and n == "other" and "total" in r["published"]:
+            if pub is None and n == "other" and len(r["published"]) == 5:  # the four phases and the total
                 pub = r["published"]["total"] - sum(v for k, v in r["published"].items() if k != "total")
             cells.append(f"{'—' if pub is None else f'{pub:.1f}'} / {r['predicted'][n]:.1f}")
         lines.append(f"| {r['key']} | " + " | ".join(cells) + " |")
