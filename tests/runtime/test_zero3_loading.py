@@ -68,6 +68,25 @@ def test_chunks_read_from_the_files_equal_the_whole_piece_cut(
                 assert not any(p.is_meta for p in new.shard.model.parameters()), where
 
 
+@pytest.mark.parametrize("mismatch", [{"vocab_size": 300}, {"num_attention_heads": 2}])
+def test_a_checkpoint_larger_than_its_config_is_refused_at_every_tp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mismatch: dict
+) -> None:
+    """config.json says a smaller vocabulary (or fewer heads) than the safetensors hold: the rank's TP slice of the
+    larger tensor has the rank's shape, so a check of the slice passed at tp 2 what tp 1 refuses (the embedding
+    rows, q_proj's rows and o_proj's columns of another model loaded silently). Every TP rank refuses it, naming
+    the tensor and both shapes."""
+    model_dir = _save(tmp_path / "qwen3", "qwen3", False)
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps(config | mismatch))
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)  # rank 0 of a DP=2 zero3 group
+    zero = Zero("zero3", None, 2, 0)
+    for tp, tp_rank in ((1, 0), (2, 0), (2, 1)):
+        par = Parallel(Position(replica=0, stage=0, tp_rank=tp_rank, tp=tp, split=()))
+        with pytest.raises(ValueError, match=r"has shape \(\d+, \d+\); the config implies \(\d+, \d+\)"):
+            load_trained(model_dir, par, "cpu", "bf16", seed=5, zero=zero)
+
+
 # --- peak memory while loading ------------------------------------------------------------------------------------
 
 _MEASURE = r"""
