@@ -437,10 +437,10 @@ def calibrate(
     """Fit the cost model's efficiency factors and fixed overheads from measured runs."""
     from hetrl_cli.artifacts.io import save_artifact
     from hetrl_cli.calibration.fit import fit_calibration
-    from hetrl_cli.calibration.inputs import find_profile
+    from hetrl_cli.calibration.inputs import find_profile, run_engine
     from hetrl_cli.calibration.validate import load_run
 
-    runs = [(d.resolve().name, *load_run(d)) for d in run_dirs]
+    runs = [(d.resolve().name, *load_run(d), run_engine(d)) for d in run_dirs]
     cluster = find_profile(runs[0][1], profile_file)
     result = fit_calibration(runs, cluster, warmup)
     if json_out:

@@ -45,8 +45,14 @@ FACTOR_RANGE = (1e-3, 1e3)
 """Fitted factors are clamped to this range (an unknown with no signal would otherwise run to 0 or ∞)."""
 _LINK_KIND = re.compile(r" (\S+) link ")
 
-Run = tuple[str, Plan, list[dict]]
-"""(run id, the plan it executed, its metrics lines)."""
+Run = tuple  # (str, Plan, list[dict]) or (str, Plan, list[dict], str | None)
+"""(run id, the plan it executed, its metrics lines[, the engine priced: calibration.inputs.run_engine]): a run
+of the hf engine is scored with its decode host work (CostModel(engine="hf")), as it ran."""
+
+
+def _unpack(run: Run) -> tuple[str, Plan, list[dict], str | None]:
+    run_id, plan, metrics, *engine = run
+    return run_id, plan, metrics, engine[0] if engine else None
 
 
 def link_kind(label: str) -> str | None:
@@ -57,7 +63,7 @@ def link_kind(label: str) -> str | None:
 
 def _check_profile(runs: list[Run], profile: ClusterProfile) -> str:
     fingerprint = profile.fingerprint or profile.compute_fingerprint()
-    for run_id, plan, _ in runs:
+    for run_id, plan, _, _ in map(_unpack, runs):
         if plan.profile_fingerprint != fingerprint:
             raise BadInput(
                 f"run {run_id} was planned on profile {plan.profile_name!r} ({plan.profile_fingerprint}), not "
@@ -75,9 +81,9 @@ def _observations(runs: list[Run], profile: ClusterProfile, warmup: int):
 
     names = {d.id: d.name for d in profile.devices}
     out = []
-    for run_id, plan, metrics in runs:
+    for run_id, plan, metrics, engine in map(_unpack, runs):
         measured = measured_seconds(steady(metrics, warmup)[0])
-        model = CostModel(profile, plan.workload)
+        model = CostModel(profile, plan.workload, engine=engine)
         groups, placements = placement_from_plan(plan)
         estimate = model.evaluate(groups, placements)
         for task, est in estimate.tasks.items():
@@ -228,9 +234,10 @@ def _residuals(runs: list[Run], profile: ClusterProfile, cal: dict, warmup: int)
     from hetrl_cli.planner.build import rescore
 
     out = []
-    for run_id, plan, metrics in runs:
+    for run_id, plan, metrics, engine in map(_unpack, runs):
         measured = measured_seconds(steady(metrics, warmup)[0])
-        before, after = rescore(plan, profile), rescore(plan, profile, calibration=cal)
+        before = rescore(plan, profile, engine=engine)
+        after = rescore(plan, profile, calibration=cal, engine=engine)
         pairs = [
             (t.task, t.predicted.total_s, u.predicted.total_s) for t, u in zip(before.tasks, after.tasks, strict=True)
         ]

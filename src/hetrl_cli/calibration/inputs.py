@@ -40,3 +40,22 @@ def find_profile(plan: Plan, given: str | None = None) -> ClusterProfile:
         f"plan {plan.name!r} was made on profile {plan.profile_name!r} ({plan.profile_fingerprint}) and "
         f"{path} is not it; pass the profile with --profile PATH"
     )
+
+
+def run_engine(run_dir) -> str | None:
+    """The rollout engine a run used, as CostModel's `engine` prices it: "hf" when its launch.json says hf (the
+    hf engine's per-step host work: generation.decode_host_step_s), None for a vLLM-like engine or a run directory
+    without a launch manifest (synthetic runs, runs from an older hetrl)."""
+    import json
+    from pathlib import Path
+
+    from hetrl_cli.runtime.rundir import RunDir
+
+    manifest = RunDir(Path(run_dir)).manifest
+    if not manifest.is_file():
+        return None
+    try:
+        engine = json.loads(manifest.read_text(encoding="utf-8")).get("engine")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise BadInput(f"{manifest}: not a readable launch manifest ({exc}); remove it or re-run the plan") from exc
+    return "hf" if engine == "hf" else None

@@ -153,14 +153,15 @@ def memory_notes(devices: list) -> list[str]:
 def validate_run_calibrated(
     run_dir: str | Path, warmup: int, calibration_file: str, profile_file: str | None = None
 ) -> Validation:
-    """Validate a run against its plan re-scored with a calibration (made for the plan's profile)."""
-    from hetrl_cli.calibration.inputs import find_profile, load_calibration
+    """Validate a run against its plan re-scored with a calibration (made for the plan's profile), pricing the
+    rollout engine the run used (inputs.run_engine: the hf engine's decode host work)."""
+    from hetrl_cli.calibration.inputs import find_profile, load_calibration, run_engine
     from hetrl_cli.planner.build import rescore
 
     plan, _ = load_run(run_dir)
     cluster = find_profile(plan, profile_file)
     factors = load_calibration(calibration_file, cluster.fingerprint or cluster.compute_fingerprint()).factors()
-    scored = rescore(plan, cluster, calibration=factors)
+    scored = rescore(plan, cluster, calibration=factors, engine=run_engine(run_dir))
     return validate_run(run_dir, warmup, scored=scored, predictions=f"calibration:{calibration_file}")
 
 

@@ -174,8 +174,10 @@ def rescore(
     profile: ClusterProfile | None = None,
     workload: Workload | None = None,
     calibration: dict | None = None,
+    engine: str | None = None,
 ) -> Plan:
-    """The plan's placement (devices, layouts, batch shares, layer splits) scored on `profile`/`workload`.
+    """The plan's placement (devices, layouts, batch shares, layer splits) scored on `profile`/`workload`
+    (`engine`: the rollout engine priced, CostModel's; "hf" for a run that used it).
 
     Devices the new profile lacks → BadInput; a placement that no longer fits → Infeasible (from to_plan)."""
     what = []
@@ -194,7 +196,7 @@ def rescore(
         )
     from hetrl_cli.costmodel.model import CostModel
 
-    model = CostModel(profile, workload, calibration)
+    model = CostModel(profile, workload, calibration, engine)
     groups, placements = placement_from_plan(plan)
     estimate = model.evaluate(groups, placements)
     note = f"re-scored on {' and '.join(what) or 'its own profile and workload'}"
