@@ -46,6 +46,8 @@ class FwdConsts(NamedTuple):
     dispatch_s_per_layer: float
     accumulate_bytes_per_param: int
     """Gradient accumulation per parameter and training micro-batch pass (0 for inference)."""
+    vocab_collectives: tuple[float, float, float]
+    """Per micro-batch over all the task's passes, the vocabulary-parallel all-reduces under TP (VocabCollectives)."""
 
 
 class StageRow(NamedTuple):
@@ -68,6 +70,43 @@ class StageRow(NamedTuple):
     """Per micro-batch pass: the gradient accumulation over the stage's parameters (training)."""
     host_floor_s: float
     """The host's eager dispatch time per pass (0 where the device does not wait for launches)."""
+    vocab: VocabCollectives | None
+    """The stage's vocabulary-parallel all-reduces (first and last stage at tp > 1), else None."""
+
+
+class VocabCollectives(NamedTuple):
+    """The all-reduces of the vocabulary-parallel embedding and LM head (runtime/parallel.py, logprobs.py) one
+    stage runs per micro-batch over all its passes, over its TP group:
+    - `embeddings` x [tokens, hidden] in the activations' dtype: parallel.VocabParallelEmbedding sums the ranks'
+      partial lookups once per forward (the first stage; recomputation reruns the decoder layers only, and its
+      backward passes the gradient through without a collective);
+    - `head_grads` x [response tokens, hidden]: VocabParallelHead.enter sums the head input's gradient once per
+      backward (the last stage of a causal LM);
+    - `chunk_rounds` x, per chunk of `chunk` response tokens (logprobs.chunk_tokens of the widest rank's rows),
+      3 all-reduces of 4, 4 and 8 bytes a token (logprobs._VocabParallelLogProb: max, target logit, fp64 sum of
+      exponentials): once per forward pass, twice per training pass (the chunk's checkpoint recomputes it)."""
+
+    embeddings: float
+    head_grads: float
+    chunk_rounds: float
+    chunk: int
+    response_share: float
+    """Response tokens per token of a micro-batch (the head runs on the response positions only)."""
+
+
+def vocab_tp_s(v: VocabCollectives, mb_tok: float, msg: float, tp: int, link: LinkInfo) -> float:
+    """Seconds of one stage's vocabulary-parallel all-reduces for a micro-batch of `mb_tok` tokens (`msg`: its
+    [tokens, hidden] activation bytes)."""
+    seconds = v.embeddings * allreduce_s(msg, tp, link) if v.embeddings else 0.0
+    if v.head_grads or v.chunk_rounds:
+        response = mb_tok * v.response_share
+        seconds += v.head_grads * allreduce_s(msg * v.response_share, tp, link)
+        chunks = math.ceil(response / v.chunk - 1e-9) if response > 0 else 0
+        if chunks:
+            per_chunk = response / chunks  # the chunks' mean size: the last one is short
+            small = 2 * allreduce_s(4 * per_chunk, tp, link) + allreduce_s(8 * per_chunk, tp, link)
+            seconds += v.chunk_rounds * chunks * small
+    return seconds
 
 
 class StageTime(NamedTuple):
@@ -103,13 +142,14 @@ def stage_times(
     which cannot run ahead of the host that launches them."""
     p_compute, p_tp, p_p2p = passes
     out = []
-    for fpt, c_den, ar_mult, tp, ar_link, p2p_mult, hop, mem_tok_s, mem_fixed_s, floor_s in rows:
+    for fpt, c_den, ar_mult, tp, ar_link, p2p_mult, hop, mem_tok_s, mem_fixed_s, floor_s, vocab in rows:
         c = mb_tok * mult * fpt / c_den
         mem = mb_tok * mult * mem_tok_s + mem_fixed_s
         wait = floor_s - (c + mem) if floor_s > c + mem else 0.0
         tpc = ar_mult * allreduce_s(msg, tp, ar_link)
         hop_s = 0.0 if hop is None else p2p_mult * p2p_s(msg, hop)
-        out.append(_new(StageTime, (p_compute * (c + mem + wait), p_tp * tpc, p_p2p * hop_s, p_compute * c,
+        tp_s = p_tp * tpc if vocab is None else p_tp * tpc + vocab_tp_s(vocab, mb_tok, msg, tp, ar_link)
+        out.append(_new(StageTime, (p_compute * (c + mem + wait), tp_s, p_p2p * hop_s, p_compute * c,
                                     p_compute * mem, p_compute * wait)))  # fmt: skip
     return out
 
@@ -206,11 +246,17 @@ class Forward:
         passes = (epochs, epochs, epochs)
         if task == "actor_train" and separate_old_logprob_pass(w.algorithm, w.ppo_epochs):
             passes = (epochs + 1 / mult, epochs + 2 / n_ar, epochs + 1 / n_p2p)
-        return FwdConsts(arch, HEAD[task], ctx, mult, mfu, n_ar, n_p2p, passes, dispatch, accumulate)
+        lm = HEAD[task] == "lm"
+        forward_only = 1 if task == "actor_train" and separate_old_logprob_pass(w.algorithm, w.ppo_epochs) else 0
+        if train:  # VocabCollectives: embedding per forward, head per backward, chunks twice per training pass
+            vocab = (epochs + forward_only, epochs if lm else 0, 2 * epochs + forward_only if lm else 0)
+        else:
+            vocab = (1, 0, 1 if lm else 0)
+        return FwdConsts(arch, HEAD[task], ctx, mult, mfu, n_ar, n_p2p, passes, dispatch, accumulate, vocab)
 
     def row(self, stages: Sequence[Stage], p: int, layers: int, consts: FwdConsts) -> StageRow:
         """Stage p's timing inputs with `layers` layers: they depend on nothing else of the split."""
-        arch, head, ctx, _mult, mfu, n_ar, n_p2p, _passes, dispatch, accumulate = consts
+        arch, head, ctx, _mult, mfu, n_ar, n_p2p, _passes, dispatch, accumulate, vocab_counts = consts
         st = stages[p]
         last = p == len(stages) - 1
         act = self.step.act_bytes
@@ -233,8 +279,22 @@ class Forward:
             traffic / mem_Bps,
             params / st.tp * accumulate / mem_Bps,
             layers * dispatch if st.launches else 0.0,
+            self._vocab_collectives(vocab_counts, arch, head, st.tp, p == 0, last),
         )
         return _new(StageRow, fields)
+
+    def _vocab_collectives(
+        self, counts: tuple[float, float, float], arch: ArchSpec, head: str, tp: int, first: bool, last: bool
+    ) -> VocabCollectives | None:
+        """A stage's VocabCollectives: the embedding's on the first stage, a causal LM head's on the last, at tp > 1."""
+        embeddings, head_grads, chunk_rounds = counts
+        lm_last = last and head == "lm"
+        if tp <= 1 or not (first or lm_last):
+            return None
+        chunk = max(1, C.LOGPROB_CHUNK_BYTES // (4 * math.ceil(arch.vocab_size / tp)))  # logprobs.chunk_tokens
+        response_share = self.step.resp_mean / self.step.seq_mean
+        return VocabCollectives(embeddings if first else 0, head_grads if lm_last else 0,
+                                chunk_rounds if lm_last else 0, chunk, response_share)  # fmt: skip
 
     # ---- layer splits -----------------------------------------------------------------------------------
     def split_of(self, task: TaskName, classes: tuple[tuple[int, ...], ...], stages: tuple[Stage, ...]):

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from hetrl_cli.costmodel import constants as C
 from hetrl_cli.costmodel.architectures import DTYPE_BYTES, ArchSpec
-from hetrl_cli.costmodel.comm import LinkInfo, allreduce_s, p2p_s
+from hetrl_cli.costmodel.comm import LinkInfo, allgather_s, allreduce_s, p2p_s
 from hetrl_cli.costmodel.devices import Cluster, Stage
 from hetrl_cli.costmodel.memo import Memo
 from hetrl_cli.costmodel.memory import weight_bytes_per_param, weights_resident
@@ -34,10 +34,15 @@ class DecodeStage(NamedTuple):
     mem_Bps: float
     """At HBM_EFFICIENCY."""
     allreduces: int
+    """Per decode step: 2 a layer (Megatron TP) + the vocabulary-parallel embedding's on the first stage."""
     tp: int
     tp_link: LinkInfo
     hop: LinkInfo | None
     """The link to the next stage (None on the last)."""
+    logits_bytes: float
+    """Per sequence and decode step, the logits the last stage all-gathers over TP (0 elsewhere and at tp 1):
+    VocabParallelHead's forward (runtime/parallel.py) gathers one position's [V] logits, each rank's rows padded
+    to the widest, in the activations' dtype (vLLM gathers its vocabulary-parallel logits likewise)."""
 
 
 class Prefill(NamedTuple):
@@ -46,7 +51,8 @@ class Prefill(NamedTuple):
     slow_s_per_token: float
     bubble_s_per_token: float
     """The other stages' seconds per token (the pipeline fills and drains once per chunk)."""
-    slow_layers: int
+    slow_allreduces: int
+    """All-reduces per prompt chunk on the slowest stage: 2 a layer + the embedding's if it is the first."""
     slow_tp: int
     slow_link: LinkInfo
     first_hop: LinkInfo | None
@@ -106,10 +112,12 @@ class Generation:
         mb = avg_batch / g.pp  # pp micro-batches in flight (vLLM virtual engines)
         msg = mb * g.hidden * self.step.act_bytes
         best = None
-        for p, (fpt, c_den, wd, kvd, m_den, ar_mult, tp, ar_link, hop) in enumerate(g.stages):
+        for p, (fpt, c_den, wd, kvd, m_den, ar_mult, tp, ar_link, hop, logits_b) in enumerate(g.stages):
             c = mb * fpt / c_den
             m = (wd + mb * ctx * kvd) / m_den
             tpc = ar_mult * allreduce_s(msg, tp, ar_link)
+            if logits_b:
+                tpc += allgather_s(mb * logits_b, tp, ar_link)
             p2p = 0.0 if hop is None else p2p_s(msg, hop)
             step = max(c, m) + tpc + p2p
             if best is None or step > best[0]:
@@ -142,14 +150,14 @@ class Generation:
 
     def _add_prefill(self, terms: dict[str, float], g: GenStatic, n_seq: float) -> None:
         """Prompt tokens in chunks of MAX_NUM_BATCHED_TOKENS; the slowest stage sets the pace."""
-        slow_tok, bubble_tok, split_slow, slow_tp, slow_link, hop01 = g.prefill
+        slow_tok, bubble_tok, slow_ars, slow_tp, slow_link, hop01 = g.prefill
         prompt_tokens = n_seq * self.step.prompt_tokens
         chunk = min(float(C.MAX_NUM_BATCHED_TOKENS), prompt_tokens)
         chunks = prompt_tokens / chunk if chunk > 0 else 0.0
         terms["compute"] += prompt_tokens * slow_tok
         terms["bubble"] = bubble_tok * chunk
         chunk_msg = chunk * g.hidden * self.step.act_bytes
-        terms["tp_comm"] += chunks * 2 * split_slow * allreduce_s(chunk_msg, slow_tp, slow_link)
+        terms["tp_comm"] += chunks * slow_ars * allreduce_s(chunk_msg, slow_tp, slow_link)
         if hop01 is not None:
             terms["pp_p2p"] += chunks * p2p_s(chunk_msg, hop01)
 
@@ -170,8 +178,10 @@ class Generation:
         weights_dev, kv_dev, work_dev, cap, mem_violation = self._stage_memory(stages, split, others, footprint)
         ctx = P + Rm / 2
         rows = []
+        vocab_embedding = 1 if stages[0].tp > 1 else 0  # parallel.VocabParallelEmbedding: one all-reduce a step
         for p, st in enumerate(stages):
             last = p == pp - 1
+            logits_b = math.ceil(arch.vocab_size / st.tp) * st.tp * self.step.act_bytes if last and st.tp > 1 else 0.0
             rows.append(
                 DecodeStage(
                     self.step.stage_flops_per_token(arch, "lm", split[p], last, ctx),
@@ -179,10 +189,11 @@ class Generation:
                     weights_dev[p],
                     kv_dev[p],
                     st.mem_Bps * C.HBM_EFFICIENCY,
-                    2 * split[p],
+                    2 * split[p] + (vocab_embedding if p == 0 else 0),
                     st.tp,
                     st.link,
                     None if last else self.cluster.stage_link(st, stages[p + 1]),
+                    logits_b,
                 )
             )
         per_tok = [
@@ -193,7 +204,7 @@ class Generation:
         prefill = Prefill(
             per_tok[slow],
             sum(per_tok) - per_tok[slow],
-            split[slow],
+            2 * split[slow] + (vocab_embedding if slow == 0 else 0),
             stages[slow].tp,
             stages[slow].link,
             self.cluster.stage_link(stages[0], stages[1]) if pp > 1 else None,
@@ -201,6 +212,8 @@ class Generation:
         offload_s = None
         if not weights_resident("generation", names, offload) and "actor_train" not in names:
             offload_s = max(weights_dev) / C.HOST_DEVICE_Bps
+        elif self.step.workload.mode == "async" and not names:
+            offload_s = staged_load_s(weights_dev)
         labels = [st.link.label for st in stages]  # the critical decode stage's TP link (chosen per batch)
         pp_label = self.cluster.stage_link(stages[0], stages[1]).label if pp > 1 else None
         stage_bytes = [st.memory_bytes * C.GEN_MEMORY_UTILIZATION - others[p] for p, st in enumerate(stages)]
@@ -245,6 +258,15 @@ class Generation:
             kv_dev.append(kvd)
             work_dev.append(work)
         return weights_dev, kv_dev, work_dev, cap, mem_violation
+
+
+def staged_load_s(weights_dev: Sequence[float]) -> float:
+    """Seconds per step an async generation group (generation alone: compose.overlaps) spends loading the weights
+    it received during the last rollout: runtime/weightsync.py's OverlappedSync receives them on a thread into
+    host buffers while sampling and `finish` loads them into the engine between rollouts, where nothing overlaps
+    them, so every step copies each device's weights from host memory (HOST_DEVICE_Bps, as an offloaded engine's
+    reload). The receive itself overlaps the rollout: compose.py's async lanes price it as the weight sync."""
+    return max(weights_dev) / C.HOST_DEVICE_Bps
 
 
 def decode_host_step_s(engine: str | None, layers: int, launches: bool) -> tuple[float, float]:

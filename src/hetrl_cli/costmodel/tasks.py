@@ -20,7 +20,7 @@ from hetrl_cli.costmodel.generation import Generation
 from hetrl_cli.costmodel.memo import Memo
 from hetrl_cli.costmodel.memory import resident_bytes_per_param
 from hetrl_cli.costmodel.step import Step
-from hetrl_cli.costmodel.training import add_train_sync
+from hetrl_cli.costmodel.training import add_train_sync, add_zero3_inference_gathers
 from hetrl_cli.costmodel.types import ReplicaTimes, TaskEstimate, TaskPlacement
 
 GB = 1e9
@@ -238,6 +238,9 @@ class Tasks:
         arch = self.step.arch[task]
         if arch.num_heads % tp:
             return f"{task}: {arch.name} has {arch.num_heads} attention heads, not divisible by tp={tp}"
+        if arch.vocab_size < tp:  # runtime/parallel.py: each TP rank holds ceil(V / tp) > 0 vocabulary rows
+            return (f"{task}: {arch.name} has a vocabulary of {arch.vocab_size} tokens, fewer than tp={tp} ranks "
+                    f"(each TP rank holds some of its rows): place {task} with tp <= {arch.vocab_size}")  # fmt: skip
         if pp > arch.num_layers:
             return f"{task}: {arch.name} has {arch.num_layers} layers, fewer than pp={pp} stages"
         dp = len(rep_key)
@@ -303,6 +306,8 @@ class Tasks:
         links = dict(reps[crit].links)
         if task in TRAIN_TASKS:
             add_train_sync(self.step, self.cluster, task, rep_key, stages, splits, terms, links, offload, shares)
+        else:
+            add_zero3_inference_gathers(self.step, self.cluster, task, rep_key, terms, links, names, shares)
         return ClassEstimate(
             shares=tuple(shares),
             splits=tuple(splits),

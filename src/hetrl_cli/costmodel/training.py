@@ -64,6 +64,33 @@ def add_train_sync(
         terms["offload"] = off_s
 
 
+def add_zero3_inference_gathers(
+    step: Step,
+    cluster: Cluster,
+    task: TaskName,
+    rep_key: ClassLayout,
+    terms: dict[str, float],
+    links: dict[str, str],
+    names: frozenset[str],
+    shares: Sequence[float],
+) -> None:
+    """Critic inference beside critic_train runs on the trainer's weights (memory.py; worker._critic_shared), which
+    under zero3 are chunks: its value forward (roles.Critic.values -> zero3.forward_passes) gathers each layer once
+    per micro-batch of the largest replica's share and the root unit once (Zero3Passes.of(m, 0, 1)), over the
+    critic's ZeRO group (its replicas)."""
+    w = step.workload
+    dp = len(rep_key)
+    if task != "critic_inference" or "critic_train" not in names or w.sharding != "zero3" or dp <= 1:
+        return
+    most = max(shares, default=1.0 / dp) / (sum(shares) or 1.0)
+    micro_batches = max(1, math.ceil(most * step.n_samples / w.micro_batch - 1e-9))
+    arch = step.arch[task]
+    passes = Zero3Passes.of(micro_batches, 0, 1)
+    grad_bytes = grad_bytes_per_param(w)
+    terms["dp_allreduce"] = zero3_comm_s(cluster, rep_key, arch, HEAD[task], grad_bytes, passes)
+    links["dp_allreduce"] = dp_allreduce(cluster, rep_key, arch.param_count(HEAD[task]) * grad_bytes)[1]
+
+
 @dataclass(frozen=True)
 class Zero3Passes:
     """How many times one update moves each ZeRO-3 unit whole (an all-gather or a reduce-scatter of its full

@@ -262,10 +262,14 @@ class ModelShape:
     heads: int
     kv_heads: int
     layers: int
+    vocab: int | None = None
+    """Vocabulary rows: each TP rank holds some (runtime/parallel.py), so tp <= vocab (None: not checked)."""
 
     def tp_ok(self, tp: int) -> bool:
-        """TP divides the attention heads; KV heads are split (kv % tp == 0) or replicated (tp % kv == 0)."""
-        return self.heads % tp == 0 and (self.kv_heads % tp == 0 or tp % self.kv_heads == 0)
+        """TP divides the attention heads; KV heads are split (kv % tp == 0) or replicated (tp % kv == 0); every
+        TP rank gets vocabulary rows."""
+        heads_ok = self.heads % tp == 0 and (self.kv_heads % tp == 0 or tp % self.kv_heads == 0)
+        return heads_ok and (self.vocab is None or tp <= self.vocab)
 
 
 def host_chunks(devices: Sequence[str], host_of: dict[str, str]) -> list[list[str]]:

@@ -104,7 +104,7 @@ class Tables:
         self.shapes: dict[TaskName, ModelShape] = {}
         for task in self.tasks:
             arch = resolve(workload.model_for(TASK_ROLE[task]))
-            self.shapes[task] = ModelShape(arch.num_heads, arch.num_kv_heads, arch.num_layers)
+            self.shapes[task] = ModelShape(arch.num_heads, arch.num_kv_heads, arch.num_layers, arch.vocab_size)
         self.counters = Counters()
         self.objective = Objective()
         """What the searches minimise (time, or $/iteration under a $/hour cap: planner/cost.py); make_plan sets it."""

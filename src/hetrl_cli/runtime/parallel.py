@@ -267,6 +267,9 @@ def check_tp(config: Any, tp: int) -> None:
     """Refuse TP degrees the sharding cannot honour, naming the numbers."""
     heads, kv = config.num_attention_heads, config.num_key_value_heads
     inter = config.intermediate_size
+    if config.vocab_size < tp:
+        raise ValueError(f"tp={tp} exceeds the model's vocabulary of {config.vocab_size} tokens (each TP rank holds "
+                         f"some of its rows): place the task with tp <= {config.vocab_size}")  # fmt: skip
     if heads % tp or not (kv % tp == 0 or tp % kv == 0) or inter % tp:
         raise ValueError(
             f"tp={tp} does not divide the model: {heads} attention heads, {kv} KV heads (split or replicated), "
