@@ -34,6 +34,7 @@ from hetrl_cli.artifacts.profile import ClusterProfile
 from hetrl_cli.artifacts.rl import separate_old_logprob_pass
 from hetrl_cli.artifacts.workload import LengthDistribution, ModelSpec, Workload
 from hetrl_cli.costmodel import constants as C
+from hetrl_cli.costmodel.forward import forward_only_passes
 from hetrl_cli.costmodel.memory import grad_bytes_per_param, weight_bytes_per_param
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
@@ -462,8 +463,9 @@ def framework_old_logprob_s(model: CostModel, terms: dict[str, float]) -> float:
     if separate_old_logprob_pass(w.algorithm, w.ppo_epochs):
         return 0.0
     c = model.forward.consts("actor_train")
-    extra = {"compute": 1 / c.mult, "memory": 1 / c.mult, "host": 1 / c.mult, "bubble": 1 / c.mult}
-    extra |= {"tp_comm": 2 / c.allreduces_per_layer, "pp_p2p": 1 / c.sends_per_stage}
+    compute, tp_comm, sends = forward_only_passes(c.mult, c.allreduces_per_layer, c.sends_per_stage)
+    extra = {"compute": compute, "memory": compute, "host": compute, "bubble": compute}
+    extra |= {"tp_comm": tp_comm, "pp_p2p": sends}
     return sum(v * extra.get(k, 0.0) / w.ppo_epochs for k, v in terms.items())
 
 

@@ -28,6 +28,14 @@ _new = tuple.__new__
 rows per search (StageRow, StageTime)."""
 
 
+def forward_only_passes(mult: float, allreduces_per_layer: int, sends_per_stage: int) -> tuple[float, float, float]:
+    """One forward-only pass of a training task's batch (actor_train's old log-probs) in units of one of its training
+    passes, as (compute and bubble, TP all-reduces, stage sends): a forward is 1 of a training pass's `mult`
+    forward-equivalents, 2 of its `allreduces_per_layer` and 1 of its `sends_per_stage`. Forward.consts charges it
+    where the runtime runs it; bench/published.py adds it for the RL frameworks that always do."""
+    return 1 / mult, 2 / allreduces_per_layer, 1 / sends_per_stage
+
+
 class FwdConsts(NamedTuple):
     """What every stage's timing row of a forward task shares (Forward.consts)."""
 
@@ -245,7 +253,8 @@ class Forward:
         # update's own forward gives them (artifacts.rl.separate_old_logprob_pass: GRPO with one epoch)
         passes = (epochs, epochs, epochs)
         if task == "actor_train" and separate_old_logprob_pass(w.algorithm, w.ppo_epochs):
-            passes = (epochs + 1 / mult, epochs + 2 / n_ar, epochs + 1 / n_p2p)
+            compute, tp_comm, sends = forward_only_passes(mult, n_ar, n_p2p)
+            passes = (epochs + compute, epochs + tp_comm, epochs + sends)
         lm = HEAD[task] == "lm"
         forward_only = 1 if task == "actor_train" and separate_old_logprob_pass(w.algorithm, w.ppo_epochs) else 0
         if train:  # VocabCollectives: embedding per forward, head per backward, chunks twice per training pass
