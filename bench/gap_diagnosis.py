@@ -3,8 +3,9 @@
     .venv/bin/python bench/gap_diagnosis.py u13 u29          # settings of bench/uneven_suite.py
     .venv/bin/python bench/gap_diagnosis.py --budget 10 u13
     .venv/bin/python bench/gap_diagnosis.py --bounds bench/results/uneven_ilp.json   # the bound now, per lazy setting
+    .venv/bin/python bench/gap_diagnosis.py --bounds bench/results/uneven_ilp.json u13 u36   # only these
 
-Per setting: a plan (the hybrid at `--budget` s, seed 0), the relaxation bound (bound.space_bound, 20 s),
+Per setting: a plan (the hybrid at `--budget` s, seed 0), the relaxation bound (bound.space_bound, `--bound-s`),
 and the bound's floors *at the plan's own devices* (each group's device counts per class, its grouping):
 - `alloc` = the composed floors at the plan's allocation: if the plan's time is far above it, the floors miss
   what the plan pays (communication, bubbles, decode beyond the tail, weight sync) — the floors are weak;
@@ -103,9 +104,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*")
     parser.add_argument("--budget", type=float, default=10.0)
-    parser.add_argument("--bound-s", type=float, default=20.0, help="seconds of the relaxation bound per setting")
+    parser.add_argument("--bound-s", type=float, default=15.0, help="seconds of the relaxation bound per setting")
     parser.add_argument(
-        "--bounds", help="an uneven_ilp.json: each lazy setting's bound now (15 s, its plan as incumbent) beside it"
+        "--bounds", help="an uneven_ilp.json: each lazy setting's bound now (--bound-s, its plan as incumbent) and gap"
     )
     args = parser.parse_args()
     if args.bounds:
@@ -114,8 +115,10 @@ def main() -> None:
             ilp = rows.get(name, {}).get("ilp", {})
             if "lazy" not in str(ilp.get("note", "")) or (args.names and name not in args.names):
                 continue
-            now = bound_now(cluster, workload, ilp["objective"], 15.0)
-            print(json.dumps({"name": name, "plan_s": ilp["objective"], "bound_before_s": ilp["bound"], **now}))
+            now = bound_now(cluster, workload, ilp["objective"], args.bound_s)
+            gap = 1 - now["bound_s"] / ilp["objective"]
+            row = {"name": name, "plan_s": ilp["objective"], "bound_in_run_s": ilp["bound"], **now, "gap": gap}
+            print(json.dumps(row), flush=True)
         return
     for name, cluster, workload in settings():
         if name in args.names:

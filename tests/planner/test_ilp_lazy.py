@@ -281,3 +281,74 @@ def test_the_weight_sync_floor_is_below_every_sync(arch):
             assert wan <= t.cm.weight_sync_s(train, gen, "actor") * (1 + 1e-9)
             crossed += 1
     assert crossed > 5
+
+
+@pytest.mark.parametrize("arch", ["qwen3-1.7b", "qwen3-8b"])
+def test_the_memory_rows_hold_on_random_pools(arch):
+    """bound.memory_need (the relaxation's memory rows): on every group option the planner builds on random
+    pools of the uneven cluster, each task's need (its bytes, its mates' resident ones, the optimizer states
+    not offloaded) fits the devices' usable memory, and an offloaded trainer's copies take at least its floor."""
+    from hetrl_cli.artifacts.rl import TRAIN_TASKS
+    from hetrl_cli.costmodel import constants as C
+    from hetrl_cli.planner.bound import memory_need
+
+    spec = ModelSpec(arch=arch)
+    w = Workload(algorithm="ppo", mode="sync", actor=spec, critic=spec, reward=ModelSpec(arch="qwen3-0.6b"))
+    t = tables_for(cluster("uneven", UNEVEN), w)
+    floors = task_floors(t)
+    memory = {d: c.memory_bytes * max(C.GEN_MEMORY_UTILIZATION, C.USABLE_MEMORY_FRACTION)
+              for c in t.classes for host in c.devices for d in host}  # fmt: skip
+    subsets = sorted({s for gs in groupings(t.tasks) for s in gs if set(s) & set(TRAIN_TASKS)})
+    rng = random.Random(0)
+    checked = 0
+    for pool in rng.sample(enumerate_pools(t.classes, "half"), 12):
+        devices = allocate(t.classes, [pool])[0]
+        counts = [w_ * c.per_host + p for (w_, p), c in zip(pool, t.classes, strict=True)]
+        for subset in rng.sample(subsets, 4):
+            option = t.group_option(subset, devices)
+            if option is None:
+                continue
+            offloaded = {p.task for p in option.placements if p.offload and p.task in TRAIN_TASKS}
+            for task in subset:
+                assert memory_need(floors, subset, task, offloaded) <= sum(memory[d] for d in devices), (subset, task)
+                checked += 1
+            for i, placement in enumerate(option.placements):
+                if placement.task in offloaded:
+                    others = tuple(p for j, p in enumerate(option.placements) if j != i)
+                    spent = t.task_estimate(placement, others).terms.get("offload", 0.0)
+                    assert floors[placement.task].offload.value(counts) <= spent * (1 + 1e-9)
+    assert checked > 10, checked
+    # a trainer's optimizer state is in the need of every task of its group unless offloaded
+    group = ("reference", "actor_train")
+    assert memory_need(floors, group, "reference", ()) == pytest.approx(
+        floors["reference"].memory + floors["actor_train"].resident + floors["actor_train"].optimizer
+    )
+    assert memory_need(floors, group, "reference", {"actor_train"}) < memory_need(floors, group, "reference", ())
+
+
+def test_the_generation_floor_adds_prefill_and_late_steps():
+    """Generation's summed floor (decode reads + prefill FLOPs + the steps past the mean response, which every
+    replica takes) is above each of its parts and below the cost model on random pools (floors_hold)."""
+    w = Workload(algorithm="grpo", mode="sync", actor=ModelSpec(arch="qwen3-8b"), reward=ModelSpec(arch="qwen3-0.6b"))
+    t = tables_for(cluster("uneven", UNEVEN), w)
+    floor = task_floors(t)["generation"]
+    [(parts, late)] = floor.sums
+    assert late > 0 and len(parts) == 2
+    counts = [c.size for c in t.classes]
+    assert floor.value(counts) > max(r.value(counts) for r in floor.ratios)
+    pools = enumerate_pools(t.classes, "host")
+    assert floors_hold(t, random.Random(1).sample(pools, 15)) > 15
+
+
+def test_the_training_floor_counts_gradient_accumulation():
+    """Each training micro-batch adds its gradient into every weight's (forward.py): more micro-batches (smaller
+    ones), more bytes in the floor; inference floors do not change."""
+    spec = ModelSpec(arch="qwen3-1.7b")
+
+    def floors(micro_batch: int):
+        w = Workload(algorithm="ppo", mode="sync", actor=spec, critic=spec, micro_batch=micro_batch)
+        return task_floors(tables_for(cluster("uneven", UNEVEN), w))
+
+    one, eight = floors(1), floors(8)
+    assert one["actor_train"].ratios[1].work > eight["actor_train"].ratios[1].work * 1.01
+    assert one["reference"].ratios[1].work == pytest.approx(eight["reference"].ratios[1].work)

@@ -18,7 +18,15 @@ Why each floor is ≤ the cost model's time of the task, on any device set of th
   T ≥ (u·X + v·Y) / Σ_d max(u·f_d, v·m_d) — the denominator is linear in the device counts. Generation
   (`costmodel/generation.py`): each decode step takes ≥ the step's FLOPs / FLOP/s and ≥ its HBM bytes /
   bytes/s (weights once per step, at most MAX_NUM_SEQS sequences per step, each reading its KV cache), and
-  the prefill's FLOPs add to it; the same argument gives T ≥ X/ΣF and T ≥ Y/ΣM.
+  the prefill's FLOPs add to it; the same argument gives T ≥ X/ΣF and T ≥ Y/ΣM. A training micro-batch also
+  adds its gradient into every weight's (GRAD_ACCUMULATION_PASSES): ≥ N / micro_batch micro-batches over the
+  replicas, each over the matmul weights, join Y.
+- **Summed floors** (`TaskFloor.sums`): a replica r with batch share s_r takes ≥ s_r·a_r + s_r·b_r + τ where
+  a_r, b_r are its seconds per sequence of two terms the cost model adds (generation: decode's weight and KV
+  reads at its sequence cap, the prefill's FLOPs) and τ seconds every replica pays (generation: its steps are
+  ≥ s_r·Rm/batch + Rt − Rm, each reading the weights: τ = (Rt − Rm)·W / the largest tp_max·bandwidth). By
+  Cauchy–Schwarz, 1/(x + y) ≤ θ²/x + (1 − θ)²/y for every θ in [0, 1], so Σ_r s_r = N gives
+  T − τ ≥ N/(θ²·Σ1/a_r + (1 − θ)²·Σ1/b_r), whose best θ is T ≥ N/Σ1/a_r + N/Σ1/b_r + τ: the two ratios add.
 - **Per-class floors** (`TaskFloor.per_class`): a generation replica runs ≥ resp_tail decode steps
   (`steps = max(Rt, …)`), each reading its weights (W/tp per device, tp ≤ the host's GPU count) at its
   slowest member's bandwidth, so a group with a device of class k takes ≥ Rt·W/(tp_max·m_k) whatever its
@@ -26,9 +34,12 @@ Why each floor is ≤ the cost model's time of the task, on any device set of th
   waits ≥ its host's eager dispatch for every layer of every pass (time ≥ Σ_p t_p ≥ passes·L·dispatch).
 - **Optimizer** (`TaskFloor.added`): the step's traffic over every device's parameters is ≥ the model's
   parameters × bytes, and the slowest device's share of it sets the term: ≥ that over Σ_d opt_d.
-- **Memory**: every device a task uses holds its shard of the weights (+ gradients when training; the
-  optimizer states may be offloaded) within its usable memory, and the shards add up to at least the
-  model's, so a group's devices hold Σ usable ≥ the largest of its tasks' (the cheap bound ignores this).
+- **Memory** (`memory_need`): every device a task uses holds its shard of the weights (+ gradients when
+  training) within its usable memory, and the shards add up to at least the model's; while a task runs, its
+  group's devices also hold what its mates keep resident (a trainer's weights: `costmodel/memory.py`) and
+  every trainer's optimizer state (ZeRO shards add up to one copy) unless that trainer offloads it, and an
+  offloading trainer's copies take ≥ 2 × its optimizer bytes / HOST_DEVICE_Bps over its devices (the most a
+  device copies is ≥ the average). A binary per trainer picks (LP: relaxed); the cheap bound ignores memory.
 - **Weight syncs** (`sync_floors`): each sync's per-tensor host work at the least host slowdown, plus its
   bytes: between groups (disjoint devices) a broadcast at the fastest link, at the fastest link between
   regions where the inference group holds a region the training group does not; in one group the less of
@@ -91,6 +102,16 @@ class TaskFloor:
     crosses regions; module docstring)."""
     regions: tuple[str, ...] = ()
     """Each class's region (read with `spread`)."""
+    resident: float = 0.0
+    """Bytes the task keeps on its group's devices while a mate runs (a trainer's weights; an inference task's
+    may be offloaded, so 0)."""
+    optimizer: float = 0.0
+    """A trainer's optimizer-state bytes: held with `memory` and `resident` unless offloaded (module docstring)."""
+    offload: Ratio | None = None
+    """A trainer's offload copies where its optimizer state is offloaded: ≥ 2 × `optimizer` / host-device
+    bandwidth over its devices."""
+    sums: tuple[tuple[tuple[Ratio, ...], float], ...] = ()
+    """Floors that add: T ≥ Σ ratios + seconds (generation's decode reads, prefill and tail; module docstring)."""
 
     def tail(self, counts) -> float:
         """max over the classes present of per_class, at the least TP they allow together (and the spread
@@ -105,7 +126,8 @@ class TaskFloor:
         return max(spread, *(self.per_class[k] * self.tp_of[k] / tp for k in held))
 
     def value(self, counts) -> float:
-        best = max([self.tail(counts), *(r.value(counts) for r in self.ratios)])
+        summed = (sum(r.value(counts) for r in parts) + extra for parts, extra in self.sums)
+        best = max([self.tail(counts), *(r.value(counts) for r in self.ratios), *summed])
         return self.const + best + sum(r.value(counts) for r in self.added)
 
 
@@ -164,46 +186,64 @@ def _spread_floor(tables, consts, arch, grads: float) -> float:
     return min(hops, allreduce)
 
 
+def _generation_floor(tables, const: float) -> TaskFloor:
+    """Generation's floor (module docstring): FLOPs, decode reads at each class's sequence cap, the tail of
+    weight reads per class, and their sum with the prefill and the steps past the mean response."""
+    from hetrl_cli.costmodel import constants as C
+    from hetrl_cli.costmodel.memory import weight_bytes_per_param
+
+    cm, step, w = tables.cm, tables.cm.step, tables.workload
+    f, m, _o, _launches, host_gpus = class_rates(tables)
+    memory = [c.memory_bytes for c in tables.classes]
+    footprint = step.prompt_tokens + step.resp_mean  # the KV cache a sequence reserves (generation.py)
+    n = step.n_samples
+    arch = step.arch["generation"]
+    ctx = step.prompt_tokens + step.resp_mean / 2
+    decode = n * step.resp_mean * arch.forward_flops_per_token(ctx, "lm") / C.DECODE_MFU
+    prefill = n * step.prompt_tokens * arch.forward_flops_per_token(step.prompt_tokens / 2, "lm")
+    weights = step.stage_params(arch, "lm", (arch.num_layers,), 0) * weight_bytes_per_param(w)
+    kv = arch.kv_bytes_per_token(w.precision)
+    shape = tables.shapes["generation"]
+    # TP divides every host's chunk (whole sub-hosts or halving parts: at most the sub-host's power of
+    # two); on hosts with other kinds too, at most the host's GPUs
+    tp_max = [
+        _max_tp(shape, g, False) if g else _max_tp(shape, c.per_host, True)
+        for g, c in zip(host_gpus, tables.classes, strict=True)
+    ]
+    rates = []
+    for k, (b, mem) in enumerate(zip(m, memory, strict=True)):
+        # the KV cache holds at most this many sequences on a TP group of class k (no mates, no work space)
+        cap = min(C.MAX_NUM_SEQS, (tp_max[k] * mem * C.GEN_MEMORY_UTILIZATION - weights) / (kv * footprint))
+        rates.append(0.0 if cap < 1 else b * C.HBM_EFFICIENCY / (step.resp_mean * (weights / cap + ctx * kv)))
+    ratios = (Ratio(decode + prefill / C.PREFILL_MFU, tuple(f)), Ratio(n, tuple(rates)))
+    tails = tuple(step.resp_tail * weights / (t * b * C.HBM_EFFICIENCY) for t, b in zip(tp_max, m, strict=True))
+    const += step.resp_tail * C.DECODE_STEP_OVERHEAD_S * cm.overhead_factor.get("generation", 1.0)
+    sums: tuple = ()
+    if step.resp_tail >= step.resp_mean:  # steps ≥ share·Rm/batch + (Rt − Rm), each reading the weights
+        late = (step.resp_tail - step.resp_mean) * min(tails) / step.resp_tail
+        sums = (((Ratio(n, tuple(rates)), Ratio(prefill / C.PREFILL_MFU, tuple(f))), late),)
+    return TaskFloor(const, tails, ratios, (), weights, tuple(tp_max), sums=sums)
+
+
 def task_floors(tables) -> dict[TaskName, TaskFloor]:
     """Each device task's floor (module docstring), from the workload's step and the classes' rates."""
     from hetrl_cli.costmodel import constants as C
     from hetrl_cli.costmodel.memory import (
         grad_bytes_per_param,
+        optimizer_bytes_per_param,
         optimizer_step_traffic_bytes_per_param,
         weight_bytes_per_param,
     )
 
     cm, step, w = tables.cm, tables.cm.step, tables.workload
-    f, m, o, launches, host_gpus = class_rates(tables)
-    memory = [c.memory_bytes for c in tables.classes]
-    footprint = step.prompt_tokens + step.resp_mean  # the KV cache a sequence reserves (generation.py)
+    f, m, o, launches, _host_gpus = class_rates(tables)
     n = step.n_samples
     out: dict[TaskName, TaskFloor] = {}
     for task in tables.tasks:
         arch = step.arch[task]
         const = cm.task_overhead_s.get(task, 0.0)
         if task == "generation":
-            ctx = step.prompt_tokens + step.resp_mean / 2
-            decode = n * step.resp_mean * arch.forward_flops_per_token(ctx, "lm") / C.DECODE_MFU
-            prefill = n * step.prompt_tokens * arch.forward_flops_per_token(step.prompt_tokens / 2, "lm")
-            weights = step.stage_params(arch, "lm", (arch.num_layers,), 0) * weight_bytes_per_param(w)
-            kv = arch.kv_bytes_per_token(w.precision)
-            shape = tables.shapes[task]
-            # TP divides every host's chunk (whole sub-hosts or halving parts: at most the sub-host's power of
-            # two); on hosts with other kinds too, at most the host's GPUs
-            tp_max = [
-                _max_tp(shape, g, False) if g else _max_tp(shape, c.per_host, True)
-                for g, c in zip(host_gpus, tables.classes, strict=True)
-            ]
-            rates = []
-            for k, (b, mem) in enumerate(zip(m, memory, strict=True)):
-                # the KV cache holds at most this many sequences on a TP group of class k (no mates, no work space)
-                cap = min(C.MAX_NUM_SEQS, (tp_max[k] * mem * C.GEN_MEMORY_UTILIZATION - weights) / (kv * footprint))
-                rates.append(0.0 if cap < 1 else b * C.HBM_EFFICIENCY / (step.resp_mean * (weights / cap + ctx * kv)))
-            ratios = (Ratio(decode + prefill / C.PREFILL_MFU, tuple(f)), Ratio(n, tuple(rates)))
-            tails = tuple(step.resp_tail * weights / (t * b * C.HBM_EFFICIENCY) for t, b in zip(tp_max, m, strict=True))
-            const += step.resp_tail * C.DECODE_STEP_OVERHEAD_S * cm.overhead_factor.get("generation", 1.0)
-            out[task] = TaskFloor(const, tails, ratios, (), weights, tuple(tp_max))
+            out[task] = _generation_floor(tables, const)
             continue
         consts = cm.forward.consts(task)
         head = HEAD[task]
@@ -214,6 +254,11 @@ def task_floors(tables) -> dict[TaskName, TaskFloor]:
             share = step.resp_mean / step.seq_mean
             traffic += arch.vocab_size * (step.act_bytes + share * C.LOGITS_TRAFFIC_BYTES_PER_RESPONSE_ENTRY)
         nbytes = passes * traffic / C.ELEMENTWISE_HBM_EFFICIENCY
+        if consts.accumulate_bytes_per_param:  # each micro-batch adds its gradient into every stage's: ≥ N / micro
+            # batch micro-batches over the replicas, each over all the weights a matmul holds
+            params = arch.num_layers * arch.layer_params + arch.head_matmul_params(head)
+            accumulated = consts.passes[0] * n / w.micro_batch * params * consts.accumulate_bytes_per_param
+            nbytes += accumulated / C.ELEMENTWISE_HBM_EFFICIENCY
         ratios = [Ratio(flops, tuple(f)), Ratio(nbytes, tuple(m))]
         for fk, mk in sorted({(a, b) for a, b in zip(f, m, strict=True) if a > 0 and b > 0}):
             v = fk / mk  # u = 1: the weights where class k's two resources balance
@@ -225,14 +270,20 @@ def task_floors(tables) -> dict[TaskName, TaskFloor]:
         added: tuple[Ratio, ...] = ()
         held = arch.param_count(head) * weight_bytes_per_param(w)
         spread = 0.0
+        resident, state, offload = 0.0, 0.0, None
         if task in TRAIN_TASKS:
             opt = w.ppo_epochs * arch.param_count(head) * optimizer_step_traffic_bytes_per_param(w)
             added = (Ratio(opt, tuple(o)),)
+            resident = held
             held += arch.param_count(head) * grad_bytes_per_param(w)
             grads = arch.param_count(head) * grad_bytes_per_param(w)
             spread = _spread_floor(tables, consts, arch, grads)
+            state = arch.param_count(head) * optimizer_bytes_per_param(w)
+            offload = Ratio(2 * state / C.HOST_DEVICE_Bps, tuple(1.0 for _ in f))
         regions = tuple(c.region for c in tables.classes)
-        out[task] = TaskFloor(const, per_class, tuple(ratios), added, held, None, spread, regions)
+        out[task] = TaskFloor(
+            const, per_class, tuple(ratios), added, held, None, spread, regions, resident, state, offload
+        )
     return out
 
 
@@ -240,8 +291,18 @@ def _cheap(floor: TaskFloor, all_counts) -> float:
     """The floor minimised over device sets with capacity ignored: each part at its own best (the fewest
     per-class floor: one class; the ratios: every device)."""
     least = min((g for g in floor.per_class), default=0.0)  # one class alone: its own TP
-    best = max([least, *(r.value(all_counts) for r in floor.ratios)])
+    summed = (sum(r.value(all_counts) for r in parts) + extra for parts, extra in floor.sums)
+    best = max([least, *(r.value(all_counts) for r in floor.ratios), *summed])
     return floor.const + best + sum(r.value(all_counts) for r in floor.added)
+
+
+def memory_need(floors: dict[TaskName, TaskFloor], group: Subset, task: TaskName, offloaded) -> float:
+    """Bytes the devices of `group` hold at least while `task` runs (`offloaded`: the trainers whose optimizer
+    state is in host memory): its own (none for critic_inference on critic_train's weights:
+    costmodel/memory.py), its mates' resident ones, and every trainer's optimizer state not offloaded."""
+    own = 0.0 if task == "critic_inference" and "critic_train" in group else floors[task].memory
+    mates = sum(floors[t].resident for t in group if t != task)
+    return own + mates + sum(floors[t].optimizer for t in group if t not in offloaded)
 
 
 @dataclass(frozen=True)
@@ -355,11 +416,9 @@ class _CutModel:
         usable = [c.memory_bytes * max(C.GEN_MEMORY_UTILIZATION, C.USABLE_MEMORY_FRACTION) for c in tables.classes]
         for j, group in enumerate(grouping):
             lp.row({col: 1.0 for col in self.n[j]}, lower=1.0)
-            need = max(floors[t].memory for t in group)
-            if need > 0:  # every task's weights (+ gradients) fit the group's devices
-                lp.row({col: u for col, u in zip(self.n[j], usable, strict=True)}, lower=need)
-            present = None
             per_phase: dict[int, dict[int, float]] = {}
+            self._memory(floors, group, j, usable, caps, per_phase)
+            present = None
             const: dict[int, float] = {}
             for task in group:
                 fl = floors[task]
@@ -374,6 +433,8 @@ class _CutModel:
                     self._tails(w, fl, present)
                 for ratio in fl.ratios:
                     lp.row({w: 1.0, self._epigraph(ratio, j, caps): -1.0}, lower=0.0)
+                for parts, extra in fl.sums:
+                    lp.row({w: 1.0, **{self._epigraph(r, j, caps): -1.0 for r in parts}}, lower=extra)
                 i = PHASE_OF[task]
                 terms = per_phase.setdefault(i, {})
                 terms[w] = 1.0
@@ -394,6 +455,28 @@ class _CutModel:
         lp.rows.extend(self.pending)
         self.pending = []
         self.h = self._highs()
+
+    def _memory(self, floors, group: Subset, j: int, usable: list[float], caps: list[int], per_phase) -> None:
+        """While each task of group j runs, its devices hold its bytes and its mates' resident ones; a trainer's
+        optimizer state counts unless offloaded (off_t = 1, binary in the MILP), and an offloaded trainer pays
+        its copies: a_t ≥ offload(n_j) − M·(1 − off_t), M its value on one device."""
+        from hetrl_cli.planner.tables import PHASE_OF
+
+        lp = self.lp
+        trainers = [t for t in group if floors[t].offload is not None]
+        off = {t: lp.var(0.0, 1.0, integer=self.integer_presence) for t in trainers}
+        for task in group:
+            need = memory_need(floors, group, task, ())
+            if need > 0:
+                held = {col: u for col, u in zip(self.n[j], usable, strict=True)}
+                lp.row({**held, **{off[t]: floors[t].optimizer for t in trainers}}, lower=need)
+        for t in trainers:
+            ratio = floors[t].offload
+            assert ratio is not None
+            most = ratio.work / min(r for r in ratio.rate)
+            a = lp.var()
+            lp.row({a: 1.0, self._epigraph(ratio, j, caps): -1.0, off[t]: -most}, lower=-most)
+            per_phase.setdefault(PHASE_OF[t], {})[a] = 1.0
 
     def _sync_lanes(self, tables, grouping: tuple[Subset, ...], name: dict[str, int]) -> None:
         """Each lane with a weight sync once more, the syncs at their floor (`sync_floors`): T ≥ its factor ×
