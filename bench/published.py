@@ -124,7 +124,8 @@ class Figure:
     citation: str
     """URL or repository path, the table or figure, and the date of the publication."""
     quantity: str
-    """step_s | tokens_per_s_per_gpu | tpot_s | decode_tokens_per_s | tokens_per_s | throughput_gain"""
+    """step_s | tokens_per_s_per_gpu | tpot_s | decode_tokens_per_s | tokens_per_s | output_tokens_per_s |
+    throughput_gain"""
     published: float
     setting: Setting
     term: str
@@ -142,6 +143,15 @@ TORCHTITAN_H100 = "https://github.com/pytorch/torchtitan/blob/main/benchmarks/ll
 NM_VLLM = "https://github.com/neuralmagic/nm-vllm/commit/c13b5c2db94204380ae246d968d6ace23eb6fcb4"
 YOBITEL = "https://yobitelcomm.github.io/bench/recipes/concurrency-sweep/"
 MUSGRAVE = "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on"
+LAMBDA = "https://github.com/LambdaLabsML/vllm-benchmark/blob/0e8fc5d/benchmark_v0.md"
+SGLANG_VLLM060 = "https://github.com/sgl-project/sglang/blob/120affb/benchmark/benchmark_vllm_060/README.md"
+_SHAREGPT_NOTE = (
+    "ShareGPT through the OpenAI server at request rate inf (every prompt queued at once: an offline batch of up "
+    "to max_num_seqs 256, as a rollout); vLLM 0.6.0 with --num-scheduler-steps 10 (one scheduling and output "
+    "pass per 10 decode steps) and so without chunked prefill (prefill steps run apart from decode, as priced); "
+    "lengths not on the page: 215-token prompts (the ShareGPT sample's mean input), responses of mean 194 "
+    "tokens (SGLang's table: output tok/s / req/s = 194.3) under the sampler's 2,048-token cap, p99 ~ 920"
+)
 
 _NEMO_NOTE = (
     "OpenMathInstruct-2 prompt length not published: 256 tokens assumed; response mean = G-Average Seq len − 256; "
@@ -304,6 +314,54 @@ FIGURES: tuple[Figure, ...] = (
                 "included)"),
         "decode", "fit", "added 2026-12-05 before the refit: the one batched figure of a current engine (vLLM "
         "0.23, V1) on Ampere: it pins what a decode step costs per sequence (KV reads, per-sequence host work)",
+    ),
+    Figure(
+        "lambda/llama3.1-8b/h100/vllm060-ms10", "Lambda (vllm-benchmark)",
+        f"{LAMBDA} — 'vLLM v0.5.4 v.s. v0.6.0', Llama 3.1 8B table, row v0.6.0, chunked prefill False, scheduler "
+        "steps 10: output throughput 8088.35 tokens/sec (tp=1, rps=inf, num-prompt=5000, max-num-seq=256, "
+        "max-seq-len=2048; H100-80GB-SXM; 2024-09)",
+        "output_tokens_per_s", 8088.35,
+        Setting("llama-3.1-8b", "H100 SXM", 1, 1, "serve", prompts=5000, prompt_tokens=215, response_tokens=1833,
+                mean_fraction=194.0 / 1833, p99_fraction=0.5, inter_node="100Gbps",
+                assumptions=_SHAREGPT_NOTE + "; bf16 (Meta-Llama-3.1-8B-Instruct, the script's default dtype)"),
+        "generation", "fit", "added 2026-12-05 before pricing it: a large-batch offline decode on Hopper (256 "
+        "sequences, 5,000 prompts), the regime of an RL rollout, which no fit figure had (the NeMo-RL phase "
+        "splits, which show it, are diagnostics); multi-step scheduling amortises the V0 engine's host pass as "
+        "vLLM V1's overlapped scheduler does",
+    ),
+    Figure(
+        "sglang/vllm060/llama3.1-8b/a100-80gb", "SGLang (benchmark_vllm_060)",
+        f"{SGLANG_VLLM060} — 'Offline benchmark results', Llama 3.1 8B Instruct 1 x A100 80G, engine vLLM: "
+        "request throughput 21.27, output token throughput 4132.37 (RPS inf, 5000 prompts; vLLM 0.6.0 "
+        "--num-scheduler-steps 10, --max_model_len 4096; 2024-09)",
+        "output_tokens_per_s", 4132.37,
+        Setting("llama-3.1-8b", "A100 80GB", 1, 1, "serve", prompts=5000, prompt_tokens=215, response_tokens=1833,
+                mean_fraction=194.0 / 1833, p99_fraction=0.5, inter_node="100Gbps", assumptions=_SHAREGPT_NOTE),
+        "generation", "fit", "added 2026-12-05 before pricing it: the same regime on Ampere, from another source "
+        "(the SGLang team running vLLM), so the large-batch term is not set by one GPU generation or one author",
+    ),
+    Figure(
+        "lambda/llama3.1-70b/4xh100/vllm060-ms10", "Lambda (vllm-benchmark)",
+        f"{LAMBDA} — same section, Llama 3.1 70B table, row v0.6.0, scheduler steps 10: output throughput "
+        "3542.88 tokens/sec (tp=4, rps=inf, num-prompt=5000, max-num-seq=256, max-seq-len=2048; 2024-09)",
+        "output_tokens_per_s", 3542.88,
+        Setting("llama-3.1-70b", "H100 SXM", 4, 1, "serve", gen_tp=4, prompts=5000, prompt_tokens=215,
+                response_tokens=1833, mean_fraction=194.0 / 1833, p99_fraction=0.5, inter_node="100Gbps",
+                assumptions=_SHAREGPT_NOTE + "; bf16, NVLink inside the node"),
+        "generation", "check", "added 2026-12-05 before pricing it: a 9× larger model at TP4 (the NeMo-RL 70B "
+        "and 32B splits' engine layout), which the fit's single-GPU figures never see",
+    ),
+    Figure(
+        "sglang/vllm060/llama3.1-70b/4xh100", "SGLang (benchmark_vllm_060)",
+        f"{SGLANG_VLLM060} — 'Offline benchmark results', Llama 3.1 70B Instruct 4 x H100 80G, engine vLLM: "
+        "request throughput 19.04, output token throughput 3700.64 (RPS inf, 5000 prompts, TP 4, "
+        "--gpu-memory-utilization 0.88; 2024-09)",
+        "output_tokens_per_s", 3700.64,
+        Setting("llama-3.1-70b", "H100 SXM", 4, 1, "serve", gen_tp=4, prompts=5000, prompt_tokens=215,
+                response_tokens=1833, mean_fraction=194.0 / 1833, p99_fraction=0.5, inter_node="100Gbps",
+                assumptions=_SHAREGPT_NOTE + "; bf16, NVLink inside the node; priced at hetrl's 0.90 memory "
+                "utilisation (the KV room of 70B at TP4 holds 256 sequences either way)"),
+        "generation", "check", "added 2026-12-05 before pricing it: the same TP4 setting from the other source",
     ),
 )  # fmt: skip
 
@@ -663,8 +721,9 @@ def predict(fig: Figure, config_dir: Path, calibration: dict | None = None) -> P
         return Prediction(fig.key, tokens / train_s / len(devices), fig.published, terms, viol)
     total, terms, violation = _gen_time(model, devices, s.gen_tp)
     viol = [violation] if violation else []
-    if s.kind == "serve":
-        tokens = model.step.n_samples * model.step.seq_mean
+    if s.kind == "serve":  # tokens_per_s counts prompt and output tokens, output_tokens_per_s the output only
+        per_seq = model.step.resp_mean if fig.quantity == "output_tokens_per_s" else model.step.seq_mean
+        tokens = model.step.n_samples * per_seq
         return Prediction(fig.key, tokens / total, fig.published, terms, viol)
     if fig.quantity == "throughput_gain":  # tokens/s of `concurrency` sequences in lockstep over one sequence's
         one = workload(s, config_dir).model_copy(update={"prompts_per_step": 1})
@@ -830,7 +889,12 @@ def _fmt(value: float, quantity: str) -> str:
         return f"{value:.1f} s/step"
     if quantity == "throughput_gain":
         return f"{value:.2f}× tok/s"
-    unit = {"tokens_per_s_per_gpu": "tok/s/GPU", "tokens_per_s": "tok/s", "decode_tokens_per_s": "tok/s"}[quantity]
+    unit = {
+        "tokens_per_s_per_gpu": "tok/s/GPU",
+        "tokens_per_s": "tok/s",
+        "decode_tokens_per_s": "tok/s",
+        "output_tokens_per_s": "output tok/s",
+    }[quantity]
     return f"{value:,.0f} {unit}"
 
 
