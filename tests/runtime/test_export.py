@@ -23,6 +23,7 @@ from hetrl_cli.runtime.export import export_run
 from hetrl_cli.runtime.rundir import RunDir
 from hetrl_cli.runtime.tinymodel import load_causal_lm, load_tokenizer
 
+from .conftest import qwen3_dir
 from .plans import GRPO_TASKS, PPO_TASKS, hand_plan, on, tiny_workload
 
 HETRL = str(Path(sys.executable).with_name("hetrl"))
@@ -33,21 +34,6 @@ PROMPTS = [[5, 6, 7, 8, 9, 10], [40, 41, 42, 43, 44, 45]]
 
 def _hetrl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([HETRL, *args], capture_output=True, text=True, timeout=600)
-
-
-def qwen3_dir(tiny_dir: Path, target: Path) -> Path:
-    """A random Qwen3 (untied head, GQA) saved with save_pretrained next to the tiny tokenizer."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    tokenizer = load_tokenizer(tiny_dir)
-    config = Qwen3Config(vocab_size=384, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-                         tie_word_embeddings=False, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)  # fmt: skip
-    torch.manual_seed(0)
-    Qwen3ForCausalLM(config).save_pretrained(target)
-    tokenizer.save_pretrained(target)
-    return target
 
 
 def _perturbed(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:

