@@ -593,6 +593,8 @@ class Shard:
         return {"state": state, "param_groups": groups}
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, full: dict[str, Any]) -> None:
+        """Load full_optimizer_state's form (canonical names, full shapes) into this rank's optimizer: each tensor
+        cut to this rank's slice, scalars (Adam's step) as they are; checkpoints stay independent of the layout."""
         state = {}
         for i, (name, _) in enumerate(self.held):
             if name in full["state"]:
@@ -632,10 +634,13 @@ def _recv(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, src:
 
 
 def _hidden_shape(shard: Shard, batch: Any) -> tuple[int, ...]:
+    """The activation a stage receives for `batch`: every stage collates the same micro-batches, so the receiver
+    knows the shape without a message."""
     return (*batch.input_ids.shape, shard.model.config.hidden_size)
 
 
 def _param_meta(shard: Shard) -> tuple[torch.dtype, torch.device]:
+    """dtype and device of the activations on the wire: the stages compute in their weights' dtype (no autocast)."""
     p = shard.held[0][1]
     return p.dtype, p.device
 
