@@ -8,9 +8,10 @@ clock), the median of REPEATS after a warm-up that exchanges the names and shape
 - lan-10g / lan-1g: two namespaces joined by a veth pair, htb at 10 / 1 Gbit/s on both ends, the veth's own
   latency (tens of microseconds);
 - wan-1g-rtt40 (and wan-1g-rtt0, the same line without delay): two namespaces joined by a userspace delay line
-  (`DelayLine`): each namespace has a TUN device, this process forwards each packet to the other after it has
-  been serialised at the link's rate and held for half the RTT, dropping it when the queue exceeds one
-  bandwidth-delay product (a tail-drop router). netem is not in this kernel (PLATFORM.md), so the delay is
+  (`hetrl_cli.emulate.delayline.DelayLine`, which also delays `hetrl emulate`'s links): each namespace has a
+  TUN device, a line process forwards each packet to the other after it has been serialised at the link's
+  rate and held for half the RTT, dropping it when the queue exceeds one bandwidth-delay product (a tail-drop
+  router). netem is not in this kernel (PLATFORM.md), so the delay is
   made here; the TUN devices carry TSO super-packets (IFF_VNET_HDR), so TCP still counts 1500-byte segments.
 The cost model's figure for the same bytes and link is `predicted_sync_s` (what `WeightSync.broadcast_tree_s`
 gives for one training host and one generation host, plus the per-tensor host term).
@@ -25,20 +26,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import fcntl
 import json
 import os
-import select
 import statistics
-import struct
 import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from hetrl_cli.emulate.delayline import VNET_HDR, DelayLine, open_tun, pair_main
+
+__all__ = ["VNET_HDR", "DelayLine", "open_tun"]  # the line, for tests/runtime/test_bench_sync_links.py
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "results" / "sync_links.json"
@@ -110,98 +110,10 @@ def summarise(rows: list[dict]) -> list[dict]:
     return out
 
 
-# ---- the delay line ------------------------------------------------------------------------------------------
+# ---- the delay line (hetrl_cli.emulate.delayline: the emulated cluster's latency uses the same line) ---------------
 
-TUNSETIFF, TUNSETOFFLOAD = 0x400454CA, 0x400454D0
-IFF_TUN, IFF_NO_PI, IFF_VNET_HDR = 0x0001, 0x1000, 0x4000
-TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6 = 0x01, 0x02, 0x04
-CLONE_NEWNET = 0x40000000
-VNET_HDR = 10
 LINE_STATS: dict[str, dict] = {}
 """The delay line's packet counts per link kind (set when its link comes down)."""
-
-
-def enter_netns(path: str) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns {path}")
-    finally:
-        os.close(fd)
-
-
-def open_tun(netns: str | None, name: str = "tun0") -> int:
-    """A TUN device `name` inside `netns` (opened there: a TUN device belongs to its opener's namespace)."""
-    home = f"/proc/{os.getpid()}/task/{os.getpid()}/ns/net"
-    keep = os.open(home, os.O_RDONLY)
-    try:
-        if netns:
-            enter_netns(f"/run/netns/{netns}")
-        fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
-        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH22x", name.encode(), IFF_TUN | IFF_NO_PI | IFF_VNET_HDR))
-        fcntl.ioctl(fd, TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6)
-    finally:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.setns(keep, CLONE_NEWNET)
-        os.close(keep)
-    return fd
-
-
-class DelayLine:
-    """A symmetric link between two TUN fds: rate `rate_Bps` each way, one-way delay `delay_s`, a tail-drop queue
-    of `queue_s` seconds at the rate."""
-
-    def __init__(self, fds: tuple[int, int], rate_Bps: float, delay_s: float, queue_s: float) -> None:
-        self.fds, self.rate, self.delay, self.queue_s = fds, rate_Bps, delay_s, queue_s
-        self.queues: tuple[deque, deque] = (deque(), deque())
-        self.free_at = [0.0, 0.0]
-        self.dropped = [0, 0]
-        self.packets = [0, 0]
-        self.bytes = [0, 0]
-
-    def admit(self, side: int, packet: bytes, now: float) -> None:
-        """Serialise `packet` (from fds[side]) behind what is queued, or drop it when the queue is full."""
-        start = max(now, self.free_at[side])
-        if start - now > self.queue_s:
-            self.dropped[side] += 1
-            return
-        self.packets[side] += 1
-        self.bytes[side] += len(packet) - VNET_HDR
-        self.free_at[side] = start + (len(packet) - VNET_HDR) / self.rate
-        self.queues[side].append((self.free_at[side] + self.delay, packet))
-
-    def run(self, stop_fd: int) -> None:
-        """Forward until `stop_fd` is readable (or closed)."""
-        while True:
-            now = time.monotonic()
-            due = [q[0][0] for q in self.queues if q]
-            timeout = max(0.0, min(due) - now) if due else 0.5
-            ready, _, _ = select.select([*self.fds, stop_fd], [], [], timeout)
-            if stop_fd in ready:
-                return
-            now = time.monotonic()
-            for side, fd in enumerate(self.fds):
-                if fd in ready:
-                    with contextlib.suppress(BlockingIOError):
-                        for _ in range(64):
-                            self.admit(side, os.read(fd, 70000), now)
-            for side, queue in enumerate(self.queues):
-                while queue and queue[0][0] <= now:
-                    try:
-                        os.write(self.fds[1 - side], queue.popleft()[1])
-                    except OSError:  # the far device is not up yet (its first IPv6 chatter): lost, as on a wire
-                        self.dropped[side] += 1
-
-
-def delay_line_main(args: argparse.Namespace) -> None:
-    """The delay line process: TUN devices in the two namespaces, 'ready' on stdout, forward until stdin ends."""
-    fds = (open_tun(args.ns[0]), open_tun(args.ns[1]))
-    print("ready", flush=True)
-    queue_s = max(0.01, 2 * args.delay_s)  # one bandwidth-delay product of the round trip, at least 10 ms
-    line = DelayLine(fds, args.rate_Bps, args.delay_s, queue_s)
-    line.run(sys.stdin.fileno())
-    print(json.dumps({"dropped": line.dropped, "packets": line.packets, "bytes": line.bytes}), flush=True)
 
 
 # ---- namespaces -------------------------------------------------------------------------------------------------
@@ -400,7 +312,7 @@ def main() -> None:
     if args.worker:
         return worker_main(args)
     if args.delay_line:
-        return delay_line_main(args)
+        return pair_main(args.ns, args.rate_Bps, args.delay_s)
     if os.geteuid() != 0:
         sys.exit("bench/sync_links.py needs root (network namespaces): run it with sudo")
     kinds = [KINDS[k] for k in args.kinds.split(",")]
