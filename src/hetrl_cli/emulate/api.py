@@ -1,9 +1,10 @@
 """`emulate up` / `emulate down`: build the one-box cluster from a spec, and remove all of it again.
 
 up, in phases: 1) check the spec, root, the state dir and that no cluster is up; 2) keys; 3) the bridge;
-4) per host: netns, veth, cgroups, host key, sshd config, sshd started as the host; 5) tc shaping; 6) wait
-for every sshd; 7) write known_hosts, hosts.txt and the links files. Each resource is recorded in state.json
-before it is made, and a failure in any phase rolls back everything recorded so far before re-raising.
+4) per host: netns, veth, cgroups, host key, sshd config, sshd started as the host; 5) the delayed links'
+devices and the delay line (delays.py), tc shaping; 6) wait for every sshd; 7) write known_hosts, hosts.txt
+and the links files. Each resource is recorded in state.json before it is made, and a failure in any phase
+rolls back everything recorded so far before re-raising.
 
 down removes what state.json lists, then sweeps by name (`hetrl-emu-*` namespaces, interfaces, cgroups and
 the processes inside them), so it also cleans up after a lost state dir. Running it again finds nothing.
@@ -24,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetrl_cli.emulate import cgroups, netns, sshd
+from hetrl_cli.emulate import cgroups, delays, netns, sshd
 from hetrl_cli.emulate.spec import ClusterSpec, HostSpec, link_bandwidth_Bps, link_latency_s, load_spec
 from hetrl_cli.emulate.state import STATE_FILE, State, load_state
 from hetrl_cli.emulate.system import kill_pids, pid_cmdline, require_root_and_tools
@@ -61,7 +62,7 @@ class EmulatedLink:
     bandwidth_Bps: float | None
     """Shaped rate each host gets towards the other region; None = not shaped."""
     latency_s: float | None
-    """Recorded in links.yaml only: not emulated."""
+    """One way; added by the delay line (delays.py) and recorded in links.yaml."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,8 @@ class EmulatedCluster:
     """Latencies only: pass to `hetrl profile --links` (bandwidths are then measured)."""
     links_configured_file: Path
     """Bandwidths and latencies as configured (a profile using it does not measure those links)."""
+    delay_line_pid: int | None = None
+    """The delay line process (None when the spec has no latency)."""
 
     def as_json(self) -> dict:
         """What `up` made, as plain data (`hetrl emulate up --json`): paths as strings."""
@@ -95,9 +98,7 @@ class EmulatedCluster:
             )
         for lk in self.links:
             rate = f"{lk.bandwidth_Bps * 8 / 1e6:g} Mbit/s" if lk.bandwidth_Bps else "not shaped"
-            latency = (
-                f", latency {lk.latency_s * 1e3:g} ms (recorded, not emulated)" if lk.latency_s is not None else ""
-            )
+            latency = f", latency {lk.latency_s * 1e3:g} ms one way (delay line)" if lk.latency_s else ""
             lines.append(f"  link {lk.a} <-> {lk.b}: {rate}{latency}")
         lines.append(f"hosts file: {self.hosts_file}")
         lines.append(
@@ -270,15 +271,19 @@ def _build(
     for index, host in enumerate(spec.hosts):
         address = ipaddress.IPv4Interface(f"{addresses[index + 1]}/{spec.subnet.prefixlen}")
         started.append(_make_host(host, index, address, state, state_dir, controllers, period_us, cpu_sets[index]))
-    # 5) links: htb classes on each host towards the regions it has a shaped link to
-    plan = shaping_plan(spec, {s.spec.name: s.address for s in started})
+    # 5) links: the delayed ones through the delay line, htb classes on each host towards the regions it has a
+    # shaped link to
+    host_addresses = {s.spec.name: s.address for s in started}
+    line_pid = delays.build(spec, host_addresses, state, state_dir, cpu_ctl)
+    plan = shaping_plan(spec, host_addresses)
+    delayed = delays.delayed_destinations(spec, host_addresses)
     for name, classes in plan.items():
-        netns.shape(name, classes)
+        netns.shape(name, classes, delayed.get(name, frozenset()))
     # 6) every sshd listening
     for s in started:
         sshd.wait_listening(s.spec.name, s.address, s.proc, s.log)
     # 7) the files the rest of hetrl reads
-    return _write_outputs(spec, state_dir, state, started)
+    return dataclasses.replace(_write_outputs(spec, state_dir, state, started), delay_line_pid=line_pid)
 
 
 def _record_paths(state: State, *paths: Path) -> None:
@@ -406,9 +411,9 @@ def _links_yaml(links: list[EmulatedLink], spec_path: str, with_bandwidth: bool)
         )
     else:
         head = (
-            f"# Latencies of {spec_path}. They are NOT emulated (no netem on this kernel: the namespaces add\n"
-            "# none), so `hetrl profile --links` takes them from here; bandwidths are left out so that the\n"
-            "# shaped links are measured.\n"
+            f"# Latencies of {spec_path}. The delay line adds them (one way) to every packet between the\n"
+            "# regions, and `hetrl profile --links` takes them from here rather than from its ping-pongs (which\n"
+            "# also see the line's own ~0.1 ms); bandwidths are left out so that the shaped links are measured.\n"
         )
     entries = []
     for lk in links:
@@ -448,7 +453,10 @@ def _teardown(state: State) -> list[str]:
     for proc in state.of_type("process"):
         cmdline = pid_cmdline(int(proc["pid"]))
         if cmdline and str(proc.get("marker", "\0")) in cmdline and kill_pids([int(proc["pid"])]):
-            removed.append(f"sshd pid {proc['pid']} (host {proc.get('host', '?')})")
+            what = proc.get("host", "?")
+            removed.append(
+                f"{what} pid {proc['pid']}" if what == delays.PROCESS_WHAT else f"sshd pid {proc['pid']} (host {what})"
+            )
     removed += _remove_network([r["name"] for r in state.of_type("netns")],
                                [r["name"] for r in [*state.of_type("veth"), *state.of_type("bridge")]])  # fmt: skip
     for group in reversed(state.of_type("cgroup")):

@@ -136,6 +136,18 @@ def create_memory_group(controller: Controller, host: str, limit_bytes: int) -> 
     return path
 
 
+def create_group(controller: Controller, name: str) -> Path:
+    """A group with no limit of its own: it only lets `down` find a process of ours by name (the delay line)."""
+    path = group_path(controller, name)
+    _mkdir(path, controller, f"cgroup {path.name}")
+    return path
+
+
+def join(path: Path, pid: int) -> None:
+    """Move process `pid` (and the children it forks from now on) into the group."""
+    _write(path / "cgroup.procs", str(pid), f"cgroup {path.name}")
+
+
 def _mkdir(path: Path, controller: Controller, what: str) -> None:
     if controller.version == 2:
         _write(controller.parent / "cgroup.subtree_control", f"+{controller.name}", what)

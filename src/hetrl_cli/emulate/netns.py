@@ -11,7 +11,13 @@ qdisc with one class per region it has a shaped link to (rate = ceil = the link'
 into the class. Unclassified traffic (the same region, this machine) bypasses htb at veth speed. So every
 host gets the configured rate towards each remote region — what `hetrl profile` measures (one pair at a
 time) and what the cost model assumes (a bandwidth per host pair); flows from *different* hosts do not share
-one pipe as they would on a real WAN. Latency is not added: netem is not in this kernel (docs/emulate.md).
+one pipe as they would on a real WAN.
+
+Latency (netem is not in this kernel): a host with a delayed link also has a TUN device `delay0`, and policy
+rules (`to ADDRESS/32 lookup 100`, one per host across a delayed link) send traffic for those hosts through it
+(table 100: the subnet via `delay0`); the delay line process (delayline.py) forwards each packet into the far
+host's `delay0` after the link's latency. The main routing table stays the connected subnet on `eth0`, and the
+htb classes of delayed links sit on `delay0` instead of `eth0`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,13 @@ from hetrl_cli.errors import HetrlError
 BRIDGE = f"{PREFIX}br"
 MIN_BURST_BYTES = 16 << 10
 MIN_QUEUE_BYTES = 64 << 10
+DELAY_DEVICE = "delay0"
+DELAY_TABLE = "100"
+"""The routing table of a host's delayed traffic: the subnet via `delay0`."""
+DELAY_RULE_PRIORITY = "100"
+"""After the local table (0), before main (32766): a delayed host's address leaves through `delay0`."""
+DELAY_TXQUEUELEN = "10000"
+"""Packets the TUN device holds for the line to read (its default 500 drops bursts of small segments)."""
 QUEUE_SECONDS = 0.02
 """Queue of each shaped class, in seconds at its rate: enough for TCP to fill the link without much added delay."""
 
@@ -120,29 +133,53 @@ def create_veth(host: str, index: int, address: ipaddress.IPv4Interface) -> None
     run_tool(["ip", "-n", ns, "link", "set", "eth0", "up"], what)
 
 
-def shape(host: str, classes: list[Shaping]) -> None:
-    """htb on the host's eth0: one rate-limited class per remote region, filters by destination address."""
-    if not classes:
-        return
-    ns, what = netns_name(host), f"host {host}: tc shaping"
+def create_delay_device(host: str, address: str, subnet: ipaddress.IPv4Network, destinations: list[str]) -> None:
+    """A persistent TUN device `delay0` in the host (the delay line attaches to it) and the policy rules that
+    send traffic for `destinations` through it. Without the line attached the device has no carrier and that
+    traffic is dropped: a stopped line cuts the link rather than leaving it undelayed."""
+    ip, what = ["ip", "-n", netns_name(host)], f"host {host}: delay device"
+    run_tool([*ip, "tuntap", "add", "dev", DELAY_DEVICE, "mode", "tun", "vnet_hdr"], what)
+    run_tool([*ip, "link", "set", DELAY_DEVICE, "addrgenmode", "none"], what)
+    run_tool([*ip, "link", "set", DELAY_DEVICE, "up", "txqueuelen", DELAY_TXQUEUELEN], what)
+    run_tool([*ip, "route", "add", str(subnet), "dev", DELAY_DEVICE, "src", address, "table", DELAY_TABLE], what)
+    for dst in destinations:
+        run_tool([*ip, "rule", "add", "to", f"{dst}/32", "lookup", DELAY_TABLE, "priority", DELAY_RULE_PRIORITY], what)
+
+
+def shaping_device(cls: Shaping, delayed: frozenset[str]) -> str:
+    """The device a class's traffic leaves by: DELAY_DEVICE where its destinations are reached through the delay
+    line (`delayed`: the host's delayed destination addresses), else eth0."""
+    return DELAY_DEVICE if cls.destinations and set(cls.destinations) <= delayed else "eth0"
+
+
+def shape(host: str, classes: list[Shaping], delayed: frozenset[str] = frozenset()) -> None:
+    """htb on each device the host's shaped links leave by: one rate-limited class per remote region, filters by
+    destination address."""
+    devices = [shaping_device(cls, delayed) for cls in classes]
+    for device in sorted(set(devices)):
+        _shape_device(host, device, [cls for cls, on in zip(classes, devices, strict=True) if on == device])
+
+
+def _shape_device(host: str, device: str, classes: list[Shaping]) -> None:
+    ns, what = netns_name(host), f"host {host}: tc shaping on {device}"
     tc = ["tc", "-n", ns]
-    run_tool([*tc, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb"], what)
+    run_tool([*tc, "qdisc", "add", "dev", device, "root", "handle", "1:", "htb"], what)
     for minor, cls in enumerate(classes, start=10):
         rate_bit = max(8, round(cls.rate_Bps * 8))
         burst = cls.burst_bytes or max(MIN_BURST_BYTES, round(cls.rate_Bps * 1e-3))
         quantum = min(max(round(cls.rate_Bps / 10), 1514), 200_000)  # htb's own r2q=10, kept in its bounds
         classid = f"1:{minor:x}"
         run_tool(
-            [*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", classid, "htb",
+            [*tc, "class", "add", "dev", device, "parent", "1:", "classid", classid, "htb",
              "rate", f"{rate_bit}bit", "ceil", f"{rate_bit}bit", "burst", str(burst), "cburst", str(burst),
              "quantum", str(quantum)],
             what,
         )  # fmt: skip
         queue = max(MIN_QUEUE_BYTES, round(cls.rate_Bps * QUEUE_SECONDS))
-        run_tool([*tc, "qdisc", "add", "dev", "eth0", "parent", classid, "bfifo", "limit", str(queue)], what)
+        run_tool([*tc, "qdisc", "add", "dev", device, "parent", classid, "bfifo", "limit", str(queue)], what)
         for dst in cls.destinations:
             run_tool(
-                [*tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
+                [*tc, "filter", "add", "dev", device, "parent", "1:", "protocol", "ip", "prio", "1",
                  "u32", "match", "ip", "dst", f"{dst}/32", "flowid", classid],
                 what,
             )  # fmt: skip

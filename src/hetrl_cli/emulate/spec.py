@@ -155,7 +155,7 @@ class LinkSpec(Strict):
     bandwidth: str | float | None = None
     """Rate each host gets towards the other region (e.g. 50Mbit/s, 1Gbps, or bytes/s); None = not shaped."""
     latency: str | float | None = None
-    """One-way latency (e.g. 20ms). NOT emulated (no netem on this kernel): written to links.yaml for the planner."""
+    """One-way latency (e.g. 20ms): added by the userspace delay line (delays.py) and written to links.yaml."""
     burst: Burst | None = None
     """tc burst in bytes; None = max(16 KiB, 1 ms at the rate)."""
 

@@ -6,7 +6,8 @@
         away), so a failed launch never leaves it behind.
     python -m hetrl_cli.profiling.netbench client --host A --port P --token T
         measures latency as half the median round trip of small ping-pongs and bandwidth with a bulk
-        transfer bounded by bytes and seconds (whichever comes first), prints one JSON object.
+        transfer bounded by bytes and seconds (whichever comes first; the seconds raised to 25 round trips
+        on a long link, so slow start does not dominate), prints one JSON object.
 
 Session protocol (one TCP connection): client sends the token (the server drops anyone else), then
 `pings` one-byte messages each echoed back, then b"B" and a stream of bulk bytes ended by shutdown(WR);
@@ -27,6 +28,12 @@ import threading
 import time
 
 CHUNK = 1 << 20
+BULK_MIN_RTTS = 25
+"""The bulk transfer lasts at least this many measured round trips: TCP's slow start takes ~log2(BDP / 14 KiB)
+of them (5 at 50 Mbit/s and 40 ms), so a 0.2 s transfer measured the emulated 50 Mbit/s, 40 ms RTT link
+(docs/emulate.md) at 32 Mbit/s; lasting 25 round trips (1 s there) it measures 43-47."""
+BULK_RAISED_MAX_S = 5.0
+"""...but not beyond this (well inside the server's default 30 s lifetime)."""
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -106,6 +113,8 @@ def measure(host: str, port: int, token: str, pings: int, max_bytes: int, max_se
             _recv_exact(sock, 1)
             rtts.append(time.perf_counter() - start)
         sock.sendall(b"B")
+        if rtts:
+            max_seconds = max(max_seconds, min(BULK_MIN_RTTS * statistics.median(rtts), BULK_RAISED_MAX_S))
         payload = b"\0" * CHUNK
         sent = 0
         start = time.perf_counter()
