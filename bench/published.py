@@ -749,11 +749,15 @@ PRIORS: dict[str, float] = {
 }
 """The values before the fit: the efficiencies as they were (no datasheet fraction on Ampere), no per-sequence
 decode cost, and the Hopper fraction hetrl's probe measured on an H200 (658.9 of 989.5 TFLOP/s)."""
+H200_PROBE_TFLOPS = 658.9
+"""hetrl's own GEMM probe on an H200 (bench/results/gpu_check_h200; the H100 SXM's GH100 die and datasheet bf16
+peak, 989.5): a rate a Hopper GPU was measured to reach, so the fit's lower bound for the Hopper fraction
+(tests/costmodel/test_datasheet.py holds the applied value to it)."""
 BOUNDS: dict[str, tuple[float, float]] = {
     "HBM_EFFICIENCY": (0.3, 1.2),
     "DATASHEET_HBM_FRACTION_AMPERE": (0.5, 1.0),
     "DATASHEET_MATMUL_FRACTION_AMPERE": (0.3, 1.0),
-    "DATASHEET_MATMUL_FRACTION_HOPPER": (0.3, 1.0),
+    "DATASHEET_MATMUL_FRACTION_HOPPER": (H200_PROBE_TFLOPS / 989.5, 1.0),
 }
 LINEAR: frozenset[str] = frozenset()
 """Constants searched on a linear scale (none now: every one is a positive fraction)."""

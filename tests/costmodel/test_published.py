@@ -183,3 +183,33 @@ def test_framework_work_is_only_the_named_frameworks(published, tmp_path):
     params = model.step.arch["actor_train"].param_count()
     # 8B, TP1 PP1, vLLM TP1, bf16: the reference swap moves the policy's bytes three times
     assert extra["logprobs"] == pytest.approx(3 * 2 * params / C.HOST_DEVICE_Bps)
+
+
+# ---- issue 24, item 1: a compute-bound decode step still reads its KV cache -------------------------------------
+
+
+def test_compute_bound_decode_step_adds_its_kv_reads():
+    """At 256 sequences of Llama 3.1 8B on an H100 a decode step's GEMMs are compute bound; the attention's
+    KV-cache reads are their own kernels after them, so the step costs max(GEMM FLOPs, weight reads) + KV reads
+    (the large-batch vLLM figures, bench/published.py). Before, max(FLOPs, weights + KV) hid the KV reads
+    entirely under the FLOPs (memory term 0)."""
+    from hetrl_cli.artifacts.workload import LengthDistribution, ModelSpec, Workload
+    from hetrl_cli.costmodel.architectures import resolve
+    from hetrl_cli.costmodel.devices import Cluster
+    from hetrl_cli.costmodel.model import CostModel
+    from hetrl_cli.costmodel.types import TaskPlacement
+    from hetrl_cli.profiling.catalog import profile_from_cluster
+
+    spec = {"name": "c", "node_groups": [{"gpu": "H100 SXM", "gpus_per_node": 1, "nodes": 1}],
+            "network": {"intra_region": {"bandwidth": "100Gbps", "latency": "5us"}}}  # fmt: skip
+    profile = profile_from_cluster(spec, created_at="2026-01-01T00:00:00Z")
+    w = Workload(
+        name="w", algorithm="ppo", actor=ModelSpec(arch="llama-3.1-8b"), critic=ModelSpec(arch="llama-3.1-8b"),
+        prompts_per_step=256, responses_per_prompt=1, max_prompt_tokens=215, max_response_tokens=194,
+        response_length=LengthDistribution(mean_fraction=1.0, p99_fraction=1.0),
+    )  # fmt: skip
+    est = CostModel(profile, w).task(TaskPlacement(task="generation", replicas=((("h100-0/0",),),)))
+    mem_Bps = Cluster(profile, "bf16", {}).classes[0].mem_Bps * C.HBM_EFFICIENCY
+    kv_per_step = 256 * (215 + 194 / 2) * resolve(ModelSpec(arch="llama-3.1-8b")).kv_bytes_per_token("bf16") / mem_Bps
+    assert est.terms["compute"] > 194 * kv_per_step  # compute bound
+    assert est.terms["memory"] == pytest.approx(194 * kv_per_step, rel=1e-6)

@@ -10,27 +10,32 @@ Units are in the names: _s seconds, _Bps bytes/s, _bytes bytes, _FLOPs floating-
 from __future__ import annotations
 
 # ---- datasheet figures → what a kernel reaches (per GPU generation) -----------------------------------------
-DATASHEET_MATMUL_FRACTION: dict[str, float] = {"hopper": 0.77, "ampere": 1.0}
+DATASHEET_MATMUL_FRACTION: dict[str, float] = {"hopper": 0.666, "ampere": 1.0}
 """The GEMM rate a GPU reaches as a fraction of its datasheet dense peak, by generation (devices.gpu_generation:
 "hopper" from compute capability 9.0 on, "ampere" for every earlier one; Ada, Turing and Volta take the Ampere
 value, no figure was measured on them). Applied only where the profile's FLOP/s is the datasheet's (a catalog
 profile); a probed `measured_tflops` is used as it is. The efficiencies below are fractions of this rate.
 Fitted on the fit set of bench/published.py (docs/benchmarks.md, "The cost model against published GPU
 measurements"), with selective activation checkpointing priced as torchtitan runs it:
-- Hopper 0.77: torchtitan's Llama 3.1 8B, FSDP on 8 H100 (Grand Teton: 96 GB HBM2e, 500 W, a peak between
-  SXM and NVL), 5,762 tok/s/GPU (benchmarks/llama3_h100_202412_torchtitan.md, 2024-12), predicted 1.00×; the same run on
-  128 H100 (a check) is then 1.00×. hetrl's probe on an H200 reached 658.9 of 989.5 TFLOP/s (0.67; one probe
-  shape, bench/results/gpu_check_h200), a lower bound.
+- Hopper 0.666 (the fit's lower bound, hetrl's H200 probe: 658.9 of 989.5 TFLOP/s on one probe shape,
+  bench/results/gpu_check_h200; the fit itself reaches it): torchtitan's Llama 3.1 8B, FSDP on 8 H100 (Grand
+  Teton: 96 GB HBM2e, 500 W, a peak between SXM and NVL), 5,762 tok/s/GPU (benchmarks/llama3_h100_202412_
+  torchtitan.md, 2024-12), predicted 0.92×, and vLLM 0.6.0's offline batch of 5,000 ShareGPT prompts on one
+  H100 (Llama 3.1 8B, 256 sequences a step, 8,088 output tok/s; LambdaLabsML/vllm-benchmark benchmark_v0.md,
+  2024-09), predicted 1.07×, whose decode steps are compute bound; the 128-H100 run (a check) 0.93×, Llama 3.1
+  70B at TP4 on 4 H100 (two checks) 1.03× and 1.08×. (0.77 before the large-batch figures joined the fit;
+  0.83 before the no-autocast refit.)
 - Ampere 1.0 (the bound: the datasheet's 312 TFLOP/s, so TRAIN_MATMUL_EFFICIENCY's 0.9 alone): torchtitan's
   Llama 3 8B and Llama 2 70B, FSDP on 64 A100 80GB, 2,973 and 353 tok/s/GPU (docs/performance.md at 157a12c,
   2024-04-24): predicted 0.99× both; Llama 2 13B and Llama 3 70B (checks) 0.96× and 1.01×. (Refitted after
   the cost model stopped charging autocast casts the runtime does not make: Hopper 0.83 -> 0.77.)"""
-DATASHEET_HBM_FRACTION: dict[str, float] = {"hopper": 0.864, "ampere": 0.817}
+DATASHEET_HBM_FRACTION: dict[str, float] = {"hopper": 0.864, "ampere": 0.82}
 """The memory bandwidth a streaming kernel reaches as a fraction of the datasheet figure, by generation, applied
 only where the profile's `memory_gbps` is the datasheet's (`peak_memory_gbps` equal to it: a catalog profile).
 Hopper 0.864: hetrl's probe on an H200 measured 4,148 of 4,800 GB/s (bench/results/gpu_check_h200, run1
 profile; the elementwise, optimizer and decode efficiencies below were measured against that probed figure).
-Ampere 0.817 (0.855 before the no-autocast refit): fitted with HBM_EFFICIENCY on single-sequence decode
+Ampere 0.82 (0.817 before the large-batch figures joined the fit, 0.855 before the no-autocast refit): fitted
+with HBM_EFFICIENCY on single-sequence decode
 (vLLM 0.23, Llama-3.1-8B on an A100 40GB, 75 tok/s, johnmusgrave.com, read 2026-12-05) and the A100
 training figures above."""
 
@@ -68,14 +73,19 @@ PREFILL_MFU = 0.50
 """Prompt processing in the rollout engine: one large matmul-bound forward; a whole-pass figure (its
 non-matmul work is not charged separately; on the H200 its kernels took 43 ms where this predicts 30)."""
 DECODE_MFU = 0.50
-"""Compute side of a decode step (rarely binding: decode is memory bound below a few hundred sequences)."""
-HBM_EFFICIENCY = 0.998
+"""Compute side of a decode step's GEMMs, which run at max(their FLOPs at this rate, their weight reads); the
+attention's KV-cache reads are their own kernels, after the GEMMs of a layer, so they add to that max rather
+than hide under it (generation.py). Binding from ~100-200 sequences a step: the large-batch offline figures of
+bench/published.py (vLLM 0.6.0, 256 sequences, Llama 3.1 8B on an H100 and an A100 80GB) set it, with the
+matmul fractions: predicted 1.07× and 1.04× (1.40× and 1.16× with KV reads overlapped, as before)."""
+HBM_EFFICIENCY = 0.99
 """Fraction of the achievable memory bandwidth (DATASHEET_HBM_FRACTION × a datasheet figure, or a probed one)
 a decode step reaches reading weights and KV cache: CUDA-graph GEMV and paged-attention kernels stream at the
 copy probe's rate. Fitted on single-sequence TPOT: Llama-3.1-8B on an H100 SXM, vLLM 0.21, 6.48 ms (Yobitel
 InferenceBench concurrency sweep, 2026-05-16; predicted 6.58) and on an A100 40GB, 75 tok/s (above; predicted
-73); at concurrency 4 (a check) 6.63 ms against 6.59. Was 0.80 of the datasheet figure (now 0.998 × 0.864 =
-0.86 on Hopper, 0.82 on Ampere; 0.97 before the no-autocast refit moved the Ampere fraction it is fitted with)."""
+73); at concurrency 4 (a check) 6.63 ms against 6.59. Was 0.80 of the datasheet figure (now 0.99 × 0.864 =
+0.86 on Hopper, 0.82 on Ampere; 0.97 before the no-autocast refit moved the Ampere fraction it is fitted with;
+0.998 before the large-batch figures joined the fit)."""
 
 # ---- rollout engine (vLLM defaults) -------------------------------------------------------------------------
 GEN_MEMORY_UTILIZATION = 0.90

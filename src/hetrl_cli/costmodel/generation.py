@@ -114,14 +114,15 @@ class Generation:
         best = None
         for p, (fpt, c_den, wd, kvd, m_den, ar_mult, tp, ar_link, hop, logits_b) in enumerate(g.stages):
             c = mb * fpt / c_den
-            m = (wd + mb * ctx * kvd) / m_den
+            kv = mb * ctx * kvd / m_den  # attention's KV reads: their own kernels, after the GEMMs'
+            m = max(c, wd / m_den) + kv - c  # beyond c: GEMMs at max(FLOPs, weight reads), then KV (DECODE_MFU)
             tpc = ar_mult * allreduce_s(msg, tp, ar_link)
             if logits_b:
                 tpc += allgather_s(mb * logits_b, tp, ar_link)
             p2p = 0.0 if hop is None else p2p_s(msg, hop)
-            step = max(c, m) + tpc + p2p
+            step = c + m + tpc + p2p
             if best is None or step > best[0]:
-                best = (step, c, max(0.0, m - c), tpc, p2p, p)
+                best = (step, c, m, tpc, p2p, p)
         assert best is not None
         busy, c, m_extra, tpc, p2p, crit = best
         k = steps * g.pp
