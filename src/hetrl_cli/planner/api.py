@@ -126,21 +126,24 @@ def _solve(tables, solver: str, budget: Budget, seed: int, report, leaves: LeafO
     report("baselines")
     bases = [b for b in (baselines.verl(tables), baselines.streamrl(tables)) if b is not None]
     bases = [b for b in bases if math.isfinite(_key(tables, b))]  # the cap holds for them too
-    note = ""
-    if solver == "auto":
+    note, start = "", None
+    if solver == "auto":  # the ILP's start first (its tables stay cached): the estimate counts only what is left
+        start = (_incumbent(tables, budget.first(ILP_HYBRID_SHARE), seed, bases, report),)
         solver, note = choose_solver(tables, budget)
     if solver == "ilp" and tables.objective.kind == "cost":
         from hetrl_cli.planner.cost_ilp import run_cost_ilp
 
-        first = _incumbent(tables, budget.first(ILP_HYBRID_SHARE), seed, bases, report)
+        first = start[0] if start else _incumbent(tables, budget.first(ILP_HYBRID_SHARE), seed, bases, report)
         leaf = leaves.leaf_solver() if leaves is not None else None
         outcome = run_cost_ilp(tables, budget, first, report, leaf) or first  # type: ignore[assignment]
         if outcome is None:  # no ILP space and no hybrid plan: the hybrid's own answer (or its exit 3)
             outcome = run_hybrid(tables, budget.at_least(FALLBACK_MIN_S), seed, bases, report)
     elif solver == "ilp":
-        outcome = run_ilp(tables, budget, seed, bases, report, leaves)
+        outcome = run_ilp(tables, budget, seed, bases, report, leaves, start)
     else:
         outcome = run_hybrid(tables, budget, seed, bases, report)
+        if start and start[0] is not None and start[0].stats.objective < outcome.stats.objective:
+            outcome = start[0]  # auto's start found the better plan
     if note:
         outcome.stats.note = f"auto: {note}; {outcome.stats.note}"
     return _not_worse_than(outcome, bases, tables)
@@ -167,17 +170,18 @@ def choose_solver(tables, budget: Budget) -> tuple[str, str]:
     return "hybrid", f"hybrid, the ILP would take ~{estimate:.0f} s of the {budget_s:.0f} s budget"
 
 
-def run_ilp(tables, budget: Budget, seed: int, bases, report, leaves: LeafOptions | None = None) -> Outcome:
+def run_ilp(tables, budget: Budget, seed: int, bases, report, leaves: LeafOptions | None = None, start=None) -> Outcome:
     """The ILP within `budget`, started from the hybrid's plan (ILP_HYBRID_SHARE of the budget, never worse
     than the baselines) as its incumbent, so it returns a plan at least as good under any budget. When the
     ILP gives no plan of its own (space too large, no incumbent in time), the hybrid search for what is left
-    (at least FALLBACK_MIN_S), the better of both returned. `leaves`: another MILP solver, leaf model files."""
+    (at least FALLBACK_MIN_S), the better of both returned. `leaves`: another MILP solver, leaf model files;
+    `start`: (that starting plan,) where auto already ran it."""
     from hetrl_cli.planner.ilp import realise
     from hetrl_cli.planner.ilp_pyomo import LeafOptions
     from hetrl_cli.planner.lazy import solve_exact
 
     leaves = leaves or LeafOptions()
-    first = _incumbent(tables, budget.first(ILP_HYBRID_SHARE), seed, bases, report)
+    first = start[0] if start else _incumbent(tables, budget.first(ILP_HYBRID_SHARE), seed, bases, report)
     known = first.stats.objective if first is not None else None
     seeds = [(tuple(g.tasks for g in o.groups), [g.devices for g in o.groups]) for o in [first, *bases] if o]
     result, space, note = solve_exact(  # past 150 pools: the lazy ILP from these plans (lazy.py)

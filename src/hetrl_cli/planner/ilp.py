@@ -739,38 +739,12 @@ def search_space(
     return best, n_bin
 
 
-ESTIMATE_POOLS = 6
-"""Pools `estimate_s` scores every subset on (a seeded sample) to time the tables and learn which subsets fit."""
-SEARCH_S_PER_COLUMN = 7e-5
-"""CPU seconds of leaf MILPs per column x[S,P] summed over the groupings, with the hybrid's plan as cutoff (as
-`--solver ilp` runs): 2.4e-5 to 6.5e-4, median 1.0e-4, on the 9 full-ILP settings of the uneven suite
-(bench/hybrid_uneven.py); 7e-5 puts the most totals within 2x (tables and MILPs together)."""
-
-
 def estimate_s(tables: Tables, granularity: Granularity) -> float:
-    """auto's estimate of the ILP's CPU seconds (its tables and leaf MILPs; the hybrid's start is budgeted
-    apart): every subset's group option on ESTIMATE_POOLS pools drawn with a fixed seed, timed in process CPU
-    seconds and scaled to all pools (their cost-model calls are alike, and what one costs depends on the model
-    and its layouts: 1e-4 to 5e-4 CPU s a call from u16 to a 14B zero3 paper case, so no fixed rate fits; the
-    sample's entries stay cached for the real run), plus the leaves' columns (Σ over groupings of the pools
-    each group can take, from the sample's feasibility) at SEARCH_S_PER_COLUMN. CPU seconds, not wall: other
-    processes' load does not move the estimate (timing wall seconds, the same setting was estimated at
-    2.6-9.5 s within one day on the shared box); on an idle machine they are the ILP's wall seconds (one
-    thread)."""
-    import random
+    """auto's estimate of the exact solver's CPU seconds on `tables` as they are (the hybrid's start has filled
+    some of them): the group options and pair tables still missing, timed on a stratified sample, and the leaf
+    MILPs from their binaries (planner/estimate.py; the hybrid's start is budgeted apart). CPU seconds, not
+    wall: other processes' load does not move it (timing wall seconds, one setting was estimated at 2.6-9.5 s
+    within one day on the shared box); on an idle machine they are the ILP's wall seconds (one thread)."""
+    from hetrl_cli.planner.estimate import estimate
 
-    rng = random.Random(0)
-    pools = enumerate_pools(tables.classes, granularity)
-    all_groupings = groupings(tables.tasks)
-    subsets = sorted({g for gs in all_groupings for g in gs}, key=lambda s: (len(s), s))
-    sample = rng.sample(pools, min(ESTIMATE_POOLS, len(pools)))
-    feasible: dict[Subset, int] = dict.fromkeys(subsets, 0)
-    start = time.process_time()
-    for pool in sample:
-        devices = allocate(tables.classes, [pool])[0]
-        for s in subsets:
-            feasible[s] += tables.group_option(s, devices) is not None
-    per_pool = (time.process_time() - start) / len(sample)
-    uses = {s: sum(s in g for g in all_groupings) for s in subsets}
-    columns = sum(feasible[s] / len(sample) * len(pools) * uses[s] for s in subsets)
-    return per_pool * len(pools) + columns * SEARCH_S_PER_COLUMN
+    return estimate(tables, granularity).total_s
