@@ -412,8 +412,8 @@ def _links_yaml(links: list[EmulatedLink], spec_path: str, with_bandwidth: bool)
     else:
         head = (
             f"# Latencies of {spec_path}. The delay line adds them (one way) to every packet between the\n"
-            "# regions, and `hetrl profile --links` takes them from here rather than from its ping-pongs (which\n"
-            "# also see the line's own ~0.1 ms); bandwidths are left out so that the shaped links are measured.\n"
+            "# regions; `hetrl profile --links` takes them from here rather than from its ping-pongs (which also\n"
+            "# see the line's own 0.3-1.7 ms on a loaded box); bandwidths are left out so that they are measured.\n"
         )
     entries = []
     for lk in links:
