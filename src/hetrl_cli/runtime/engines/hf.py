@@ -1,8 +1,9 @@
-"""The `hf` rollout engine: transformers `generate` on a private (TP-sharded) copy of the policy.
+"""The `hf` rollout engine: a transformers model's greedy decode loop (hfdecode.py: `generate`'s tokens without its
+per-token bookkeeping) on a private (TP-sharded) copy of the policy.
 
 Sampling is seeded per sequence (a Gumbel-max logits processor with one generator per row), so a sequence's tokens
 depend on its seed and the weights, not on which replica or batch it landed in. Its KV cache lives only inside
-one `generate` call; asleep it holds its weights in host memory (level 1) or nothing (level 2).
+one decode call; asleep it holds its weights in host memory (level 1) or nothing (level 2).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ large, so generation's peak does not grow with the response length."""
 class _SeededGumbel:
     """A logits processor that samples with per-row generators: argmax(logits / T + Gumbel) ~ softmax(logits / T).
 
-    Used with greedy decoding so `generate` does the rest (caching, EOS, padding) while each row's randomness
-    comes from its own seed rather than the process-global RNG.
+    Used with greedy decoding (argmax of its scores; hfdecode.py does the rest: caching, EOS, padding) while each
+    row's randomness comes from its own seed rather than the process-global RNG. It is also a transformers logits
+    processor, which tests use to check the decode loop against `generate`.
     """
 
     def __init__(
@@ -78,7 +80,7 @@ class _SeededGumbel:
 
 
 class HFEngine(RolloutEngine):
-    """transformers `generate` on a private copy of the policy; prompts left-padded, batches of `batch_size`.
+    """A decode loop (hfdecode.py) on a private copy of the policy; prompts left-padded, batches of `batch_size`.
 
     With a TP `parallel` position the copy is TP-sharded (parallel.Shard): every rank of the TP group runs
     `generate` on the same prompts with the same seeds, and the all-reduces keep their logits, hence their
@@ -124,7 +126,8 @@ class HFEngine(RolloutEngine):
 
     def _generate_batch(self, prompts: list[list[int]], sampling: Sampling, seeds: tuple[int, ...]) -> list[list[int]]:
         import torch
-        from transformers import LogitsProcessorList
+
+        from hetrl_cli.runtime.engines.hfdecode import decode
 
         sampler = _SeededGumbel(seeds, sampling.temperature, sampling.suppress_ids, sampling.max_new_tokens)
         width = max(len(p) for p in prompts)
@@ -134,18 +137,14 @@ class HFEngine(RolloutEngine):
             ids[row, width - len(prompt) :] = torch.tensor(prompt)
             mask[row, width - len(prompt) :] = 1
         # inference mode, not just no_grad: no version counters or autograd metadata on the cache and activations
-        # (~4 % of a small model's generate on CPU, bench/run_vs_loop.py); the same kernels, the same tokens
+        # (~4 % of a small model's generate on CPU, bench/run_vs_loop.py); the same kernels, the same tokens.
+        # hfdecode.decode: generate's greedy loop (the same model calls, the same tokens) without its per-token
+        # bookkeeping
         with torch.inference_mode():
-            generated = self.model.generate(
-                input_ids=ids.to(self.device),
-                attention_mask=mask.to(self.device),
-                max_new_tokens=sampling.max_new_tokens,
-                do_sample=False,
-                logits_processor=LogitsProcessorList([sampler]),
-                eos_token_id=sampling.eos_token_id,
-                pad_token_id=sampling.pad_token_id,
-            )
-        rows = generated[:, width:].tolist()
+            new = decode(self.model, ids.to(self.device), mask.to(self.device), sampling.max_new_tokens,
+                         lambda logits: sampler(ids, logits).argmax(dim=-1), sampling.eos_token_id,
+                         sampling.pad_token_id)  # fmt: skip
+        rows = new.tolist()
         return [cut_at_eos(row, sampling.eos_token_id, sampling.pad_token_id) for row in rows]
 
     def load_weights(self, named_buckets: Iterable[Bucket]) -> None:
@@ -158,7 +157,7 @@ class HFEngine(RolloutEngine):
 
     def sleep(self, level: int = 2) -> None:
         """Level 1: weights to host memory; level 2: weights dropped (load_weights allocates them again). Its KV
-        cache is already gone (it lives inside one `generate`); on CUDA the freed blocks go back to the driver."""
+        cache is already gone (it lives inside one decode call); on CUDA the freed blocks go back to the driver."""
         import torch
 
         if level not in (1, 2):
