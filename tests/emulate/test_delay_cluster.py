@@ -6,6 +6,7 @@ the up/down tests of the line are in test_delay.py."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hetrl_cli.emulate import delays, netns
+from hetrl_cli.emulate import cgroups, delays, netns
 from hetrl_cli.emulate.api import EmulatedCluster
 from hetrl_cli.emulate.system import pid_cmdline
 
@@ -47,8 +48,9 @@ else:
 
 
 def netns_python(host: str, *args: str, **kwargs: object) -> subprocess.Popen[str]:
-    """A Python process inside host `host`'s network namespace (not its cgroup: the round trip is the link's)."""
-    argv = ["ip", "netns", "exec", netns.netns_name(host), sys.executable, *args]
+    """A Python process inside host `host`'s network namespace, at nice -10 and not in the host's cgroup: the
+    round trip is the link's, not the wake-ups of two processes on a loaded box."""
+    argv = ["nice", "-n", "-10", "ip", "netns", "exec", netns.netns_name(host), sys.executable, *args]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)  # type: ignore[call-overload]
 
 
@@ -100,6 +102,10 @@ def test_the_line_runs_as_recorded_and_only_the_far_hosts_are_routed_through_it(
     assert pid is not None and str(cluster.state_dir / delays.CONFIG) in (pid_cmdline(pid) or "")
     groups = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     assert any(line.endswith("/hetrl-emu-_delayline") and ":cpu" in line for line in groups), groups
+    assert os.getpriority(os.PRIO_PROCESS, pid) == delays.LINE_NICE  # woken before default-weight work
+    shares = Path(f"/sys/fs/cgroup/cpu/{cgroups.PREFIX}{delays.GROUP}/cpu.shares")
+    if shares.is_file():  # cgroup v1, nested in the root (as the tests run here)
+        assert int(shares.read_text()) == 1024 * delays.LINE_WEIGHT
     state = json.loads((cluster.state_dir / "state.json").read_text())
     assert {"type": "process", "pid": pid, "marker": str(cluster.state_dir / delays.CONFIG), "host": "delay line"} in (
         state["resources"]
