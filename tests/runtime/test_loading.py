@@ -142,6 +142,20 @@ def test_a_bin_checkpoint_is_loaded_whole_then_cut(tmp_path: Path, capsys: pytes
     assert "loading" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("mismatch", [{"vocab_size": 300}, {"num_attention_heads": 2}])
+def test_a_checkpoint_larger_than_its_config_is_refused_at_every_tp_rank(tmp_path: Path, mismatch: dict) -> None:
+    """config.json says a smaller vocabulary (or fewer heads) than the safetensors hold: a check of the rank's TP
+    slice passed at tp 2 what tp 1 refuses (another model's embedding rows, q_proj rows, o_proj columns loaded
+    silently); zero3 loading had the same hole. Every TP rank refuses it, naming the tensor and both shapes."""
+    model_dir = _save(tmp_path / "qwen3", "qwen3", False)
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps(config | mismatch))
+    for tp, tp_rank in ((1, 0), (2, 0), (2, 1)):
+        par = Parallel(Position(replica=0, stage=0, tp_rank=tp_rank, tp=tp, split=()))
+        with pytest.raises(ValueError, match=r"has shape \(\d+, \d+\); the config implies \(\d+, \d+\)"):
+            load_shard(model_dir, par, "cpu", "bf16")
+
+
 # --- peak memory while loading -------------------------------------------------------------------------------
 
 BIG = {"vocab_size": 16_384, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 8,

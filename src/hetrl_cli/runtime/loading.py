@@ -88,6 +88,17 @@ class WeightFiles:
                 return key
         return None
 
+    def check_shape(self, key: str, shape: tuple[int, ...]) -> None:
+        """The file's tensor has the full shape the config implies (what from_pretrained checks). Whole, not a
+        rank's TP slice of it: a slice of a larger tensor (a bigger vocabulary, more heads) has the rank's shape
+        too, so comparing slices let a checkpoint that does not fit its config load at tp > 1 where tp 1 refused."""
+        from safetensors import safe_open
+
+        with safe_open(str(self.where[key]), "pt") as f:
+            stored = tuple(f.get_slice(key).get_shape())
+        if stored != shape:
+            raise ValueError(f"{self.folder}: tensor {key} has shape {stored}; the config implies {shape}")
+
     def read(self, key: str, part: tuple[int, int, int] | None = None) -> Tensor:
         """The tensor `key`, or only rows/columns [lo, hi) of dimension `dim` for `part` = (dim, lo, hi), on the
         CPU in the file's dtype, contiguous and owning exactly its bytes. The file is closed (unmapped) before
@@ -165,6 +176,7 @@ def load_shard(
             loaded.missing.append(name)
             _give_storage(param, torch.empty(param.shape, dtype=torch.float32, device=device), trained)
             continue
+        files.check_shape(key, shard.full_shapes[name])
         tensor = files.read(key, part_of.get(name))
         if tuple(tensor.shape) != tuple(param.shape):
             raise ValueError(f"{folder}: tensor {key} has shape {tuple(tensor.shape)}; the config implies "

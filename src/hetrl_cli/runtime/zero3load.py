@@ -127,7 +127,7 @@ def load_zero3(folder: Path, par: Parallel, device: str, dtype: str, head: str, 
     for name, param in shard.held:
         key = files.key(name)
         if key is not None:
-            _check_shape(files, key, shard.full_shapes[name], folder)
+            files.check_shape(key, shard.full_shapes[name])
         else:  # a head the checkpoint lacks: whole and fp32 for load_shard's initialisation, chunked below
             torch.utils.swap_tensors(param, nn.Parameter(torch.empty(param.shape, device=device)))
     fresh: dict[str, Tensor] = {}
@@ -144,15 +144,3 @@ def load_zero3(folder: Path, par: Parallel, device: str, dtype: str, head: str, 
     _place_buffers(sharded.model, device, target)
     sharded.model.eval()
     return Loaded(sharded, source.masters, missing)
-
-
-def _check_shape(files: WeightFiles, key: str, shape: tuple[int, ...], folder: Path) -> None:
-    """The file's tensor has the full shape the config implies (what from_pretrained checks). Whole, not the
-    rank's TP slice of it: a slice of a larger tensor (a bigger vocabulary, more heads) has the rank's shape too,
-    so comparing slices let a checkpoint that does not fit its config load at tp > 1 that tp 1 refused."""
-    from safetensors import safe_open
-
-    with safe_open(str(files.where[key]), "pt") as f:
-        stored = tuple(f.get_slice(key).get_shape())
-    if stored != shape:
-        raise ValueError(f"{folder}: tensor {key} has shape {stored}; the config implies {shape}")
