@@ -166,3 +166,20 @@ def test_the_splits_are_enumerated_once_per_group_count(monkeypatch):
     for stage in range(2):
         search._first_arms(_Run(all_groupings, Budget(None, 64), random.Random(stage)))
     assert len(calls) == len({len(g) for g in all_groupings}), len(calls)
+
+
+def test_auto_runs_no_start_where_the_ilp_space_is_too_large(monkeypatch):
+    """Past 150 whole-host pools auto picks the hybrid without an estimate, so it does not spend the ILP's start
+    first (the start runs only where the estimate needs it)."""
+    import hetrl_cli.planner.api as api_module
+
+    wide = [  # 8 kinds of host, one each: 255 whole-host pools
+        {"gpu": g, "gpus_per_node": n, "nodes": 1, "region": r}
+        for g, n, r in [("H100 SXM", 4, "r1"), ("A100 80GB", 4, "r1"), ("A100 40GB", 2, "r2"), ("L40S", 2, "r2"),
+                        ("L4", 3, "r3"), ("A10G", 4, "r3"), ("RTX 4090", 1, "r1"), ("V100", 2, "r2")]
+    ]  # fmt: skip
+    starts: list[int] = []
+    real = api_module._incumbent
+    monkeypatch.setattr(api_module, "_incumbent", lambda *a, **k: starts.append(1) or real(*a, **k))
+    plan = make_plan(cluster("wide", wide), workload("grpo", "sync"), solver="auto", budget_s=600, max_evals=16)
+    assert "ILP space is too large" in plan.solver.note and not starts

@@ -128,7 +128,10 @@ def _solve(tables, solver: str, budget: Budget, seed: int, report, leaves: LeafO
     bases = [b for b in bases if math.isfinite(_key(tables, b))]  # the cap holds for them too
     note, start = "", None
     if solver == "auto":  # the ILP's start first (its tables stay cached): the estimate counts only what is left
-        start = (_incumbent(tables, budget.first(ILP_HYBRID_SHARE), seed, bases, report),)
+        from hetrl_cli.planner.ilp import choose_granularity
+
+        if choose_granularity(tables, 150) is not None:  # else the hybrid, no start (choose_solver)
+            start = (_incumbent(tables, budget.first(ILP_HYBRID_SHARE), seed, bases, report),)
         solver, note = choose_solver(tables, budget)
     if solver == "ilp" and tables.objective.kind == "cost":
         from hetrl_cli.planner.cost_ilp import run_cost_ilp
