@@ -89,6 +89,7 @@ class Generation:
         """The rollout engine priced: None for a vLLM-like engine (DECODE_STEP_OVERHEAD_S a step), "hf" for
         transformers' generate (decode_host_step_s)."""
         self._static: Memo[GenStatic] = Memo(self.static)
+        self._drain = drain_profile(self.step.resp_mean, self.step.resp_tail)
 
     def replica(
         self,
@@ -106,10 +107,40 @@ class Generation:
         P, Rm, Rt = self.step.prompt_tokens, self.step.resp_mean, self.step.resp_tail
         cap = g.cap
         batch = max(1.0, min(math.floor(cap) if cap >= 1 else 1.0, C.MAX_NUM_SEQS, max(n_seq, 1e-9)))
-        steps = max(Rt, n_seq * Rm / batch + Rt - Rm)
-        avg_batch = n_seq * Rm / steps
         ctx = P + Rm / 2
-        mb = avg_batch / g.pp  # pp micro-batches in flight (vLLM virtual engines)
+        segments = decode_segments(n_seq, batch, Rm, Rt, self._drain)
+        steps = sum(s for s, _ in segments)
+        c = m_extra = tpc = p2p = 0.0
+        crit, crit_s, busies = 0, -1.0, []
+        for seg_steps, seg_batch in segments:  # the live batch's decline, segment by segment
+            busy, c1, m1, tpc1, p2p1, p = self._decode_step(g, seg_batch, ctx)
+            k = seg_steps * g.pp
+            c, m_extra, tpc, p2p = c + k * c1, m_extra + k * m1, tpc + k * tpc1, p2p + k * p2p1
+            busies.append(busy)
+            if k * busy > crit_s:
+                crit, crit_s = p, k * busy
+        scale = self.cluster.layout_slowdown(classes, "generation") * self.overhead_factor.get("generation", 1.0)
+        if self.engine == "hf":
+            launches = all(st.launches for st in stages)
+            serial, layers = decode_host_step_s("hf", self.step.arch["generation"].num_layers, launches)
+            floor = sum(sg[0] * max(0.0, layers * scale - b) for sg, b in zip(segments, busies, strict=True))
+            per_steps = steps * serial * scale + (floor if launches else steps * layers * scale)
+            overhead = per_steps + n_seq * Rm * C.DECODE_SEQ_OVERHEAD_S * scale
+        else:
+            overhead = (steps * C.DECODE_STEP_OVERHEAD_S + n_seq * Rm * C.DECODE_SEQ_OVERHEAD_S) * scale
+        terms = {"compute": c, "memory": m_extra, "tp_comm": tpc, "pp_p2p": p2p, "overhead": overhead}
+        self._add_prefill(terms, g, n_seq)
+        links = {"tp_comm": g.tp_labels[crit]}
+        if g.pp_label is not None:
+            links["pp_p2p"] = g.pp_label
+        if g.offload_s is not None:  # weights reloaded from host memory each step
+            terms["offload"] = g.offload_s
+        return ReplicaTimes(sum(terms.values()), terms, g.stage_bytes, g.parts, links, None, g.mem_violation)
+
+    def _decode_step(self, g: GenStatic, batch: float, ctx: float) -> tuple[float, float, float, float, float, int]:
+        """One decode step at a live batch of `batch` sequences on the slowest stage: (its seconds, compute, memory
+        beyond compute, TP collectives, stage hop, the stage). pp micro-batches in flight (vLLM virtual engines)."""
+        mb = batch / g.pp
         msg = mb * g.hidden * self.step.act_bytes
         best = None
         for p, (fpt, c_den, wd, kvd, m_den, ar_mult, tp, ar_link, hop, logits_b) in enumerate(g.stages):
@@ -124,30 +155,7 @@ class Generation:
             if best is None or step > best[0]:
                 best = (step, c, m, tpc, p2p, p)
         assert best is not None
-        busy, c, m_extra, tpc, p2p, crit = best
-        k = steps * g.pp
-        scale = self.cluster.layout_slowdown(classes, "generation") * self.overhead_factor.get("generation", 1.0)
-        if self.engine == "hf":
-            launches = all(st.launches for st in stages)
-            serial, layers = decode_host_step_s("hf", self.step.arch["generation"].num_layers, launches)
-            per_step = serial * scale + (max(0.0, layers * scale - busy) if launches else layers * scale)
-            overhead = steps * per_step + n_seq * Rm * C.DECODE_SEQ_OVERHEAD_S * scale
-        else:
-            overhead = (steps * C.DECODE_STEP_OVERHEAD_S + n_seq * Rm * C.DECODE_SEQ_OVERHEAD_S) * scale
-        terms = {
-            "compute": k * c,
-            "memory": k * m_extra,
-            "tp_comm": k * tpc,
-            "pp_p2p": k * p2p,
-            "overhead": overhead,
-        }
-        self._add_prefill(terms, g, n_seq)
-        links = {"tp_comm": g.tp_labels[crit]}
-        if g.pp_label is not None:
-            links["pp_p2p"] = g.pp_label
-        if g.offload_s is not None:  # weights reloaded from host memory each step
-            terms["offload"] = g.offload_s
-        return ReplicaTimes(sum(terms.values()), terms, g.stage_bytes, g.parts, links, None, g.mem_violation)
+        return best
 
     def _add_prefill(self, terms: dict[str, float], g: GenStatic, n_seq: float) -> None:
         """Prompt tokens in chunks of MAX_NUM_BATCHED_TOKENS; the slowest stage sets the pace."""
@@ -259,6 +267,58 @@ class Generation:
             kv_dev.append(kvd)
             work_dev.append(work)
         return weights_dev, kv_dev, work_dev, cap, mem_violation
+
+
+DRAIN_SEGMENTS = 4
+"""Equal slices of the draining sequences' quantiles (u) over which decode is priced at each slice's mean batch."""
+
+
+def drain_profile(resp_mean: float, resp_tail: float) -> tuple[tuple[float, float], ...]:
+    """The last wave's decline as (fraction of resp_tail's steps, mean live batch / the wave's batch) per segment.
+
+    Response lengths L are taken as L = resp_tail * u**k, u uniform on [0, 1], k = resp_tail / resp_mean - 1: the
+    one-parameter family with mean resp_mean whose longest response is resp_tail (the p99 bounds the batch, as the
+    cost model always took it; the last 1 % up to max_response_tokens is not priced). k = 0 is the fixed length
+    (one segment, the full batch throughout), k = 1 the uniform lengths of the default (mean 0.5, p99 1.0). A
+    sequence with quantile u is live while step s < L(u), so after L(u) steps a fraction u of the wave has finished:
+    the live batch is (1 - u) x the wave's. Over u in [a, b] there are resp_tail (b**k - a**k) steps carrying
+    resp_tail x wave x (G(b) - G(a)) tokens, G(u) = u**k - k/(k+1) u**(k+1): a segment's mean batch is exact, only
+    its spread within the segment (DRAIN_SEGMENTS of them) is priced at its mean.
+
+    >>> drain_profile(100.0, 100.0)
+    ((1.0, 1.0),)
+    >>> [(round(f, 3), round(b, 3)) for f, b in drain_profile(50.0, 100.0)]
+    [(0.25, 0.875), (0.25, 0.625), (0.25, 0.375), (0.25, 0.125)]
+    """
+    k = max(0.0, resp_tail / resp_mean - 1.0) if resp_mean > 0 else 0.0
+
+    def cum(u: float) -> tuple[float, float]:  # (steps, tokens) / resp_tail up to quantile u; 0**0 taken as 0
+        if u <= 0.0:
+            return 0.0, 0.0
+        return u**k, u**k - k / (k + 1.0) * u ** (k + 1.0)
+
+    out = []
+    for i in range(DRAIN_SEGMENTS):
+        (s0, t0), (s1, t1) = cum(i / DRAIN_SEGMENTS), cum((i + 1) / DRAIN_SEGMENTS)
+        if s1 - s0 > 0.0:
+            out.append((s1 - s0, (t1 - t0) / (s1 - s0)))
+    return tuple(out)
+
+
+def decode_segments(
+    n_seq: float, batch: float, resp_mean: float, resp_tail: float, drain: Sequence[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """(steps, live batch) of a continuous-batching decode of `n_seq` sequences at up to `batch` at once.
+
+    While sequences wait the engine refills the batch, so it stays full: (n_seq - batch) x resp_mean / batch steps at
+    `batch`. The last wave of min(batch, n_seq) sequences then drains over resp_tail steps as `drain` (drain_profile)
+    says. The steps and tokens equal the average-batch pricing's (max(Rt, n Rm / batch + Rt - Rm) steps, n Rm
+    tokens); the time differs because a step's time is convex in the batch (docs/costmodel.md, 'Generation')."""
+    full = max(0.0, n_seq - batch) * resp_mean / batch
+    wave = min(batch, n_seq)
+    segments = [(full, batch)] if full > 0.0 else []
+    segments += [(resp_tail * f, wave * b) for f, b in drain]
+    return segments
 
 
 def staged_load_s(weights_dev: Sequence[float]) -> float:

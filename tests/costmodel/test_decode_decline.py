@@ -1,0 +1,76 @@
+"""Decode priced over the live batch's decline (generation.decode_segments), not at its average batch.
+
+A step costs max(GEMM FLOPs, weight reads) + KV reads: convex in the batch. A long-tailed rollout starts at the
+full batch (compute bound) and drains to a few sequences (memory bound); priced at its average batch the
+compute-bound start is undercounted. At a fixed response length nothing drains and both agree."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetrl_cli.artifacts.workload import Workload
+from hetrl_cli.costmodel import constants as C
+from hetrl_cli.costmodel.architectures import BUILTIN
+from hetrl_cli.costmodel.generation import decode_segments, drain_profile
+from hetrl_cli.costmodel.model import CostModel
+from hetrl_cli.costmodel.types import TaskPlacement
+
+from .conftest import make_profile
+
+A100_FLOPS, A100_BPS = 312e12, 2039e9
+N, PROMPT, MAX_RESP = 256, 256, 512
+
+
+def _workload(mean: float, p99: float) -> Workload:
+    return Workload(actor={"arch": "qwen3-0.6b"}, prompts_per_step=64, responses_per_prompt=4,
+                    max_prompt_tokens=PROMPT, max_response_tokens=MAX_RESP, micro_batch=4,
+                    response_length={"mean_fraction": mean, "p99_fraction": p99})  # fmt: skip
+
+
+def _generation_s(w: Workload) -> float:
+    prof = make_profile([("a0", "A100", 1, "r")])
+    est = CostModel(prof, w).task(TaskPlacement("generation", ((("a0/0",),),)))
+    assert est.violation is None
+    return est.cost.total_s
+
+
+def _average_batch_s(r_mean: float, r_tail: float) -> float:
+    """The pricing before the decline: every step at the average live batch n·R̄ / steps, context P + R̄ / 2."""
+    a = BUILTIN["qwen3-0.6b"]
+    steps = max(r_tail, N * r_mean / N + r_tail - r_mean)
+    batch, ctx = N * r_mean / steps, PROMPT + r_mean / 2
+    compute = batch * a.forward_flops_per_token(ctx) / (A100_FLOPS * C.DECODE_MFU)
+    weights = a.param_count() * 2 / (A100_BPS * C.HBM_EFFICIENCY)
+    kv = batch * ctx * a.kv_bytes_per_token() / (A100_BPS * C.HBM_EFFICIENCY)
+    prefill = N * PROMPT * a.forward_flops_per_token(PROMPT / 2) / (A100_FLOPS * C.PREFILL_MFU)
+    overhead = steps * C.DECODE_STEP_OVERHEAD_S + N * r_mean * C.DECODE_SEQ_OVERHEAD_S
+    return prefill + steps * (max(compute, weights) + kv) + overhead
+
+
+def test_full_batch_is_compute_bound_here() -> None:
+    """The premise: at 256 sequences this decode step is compute bound, at the average batch of the tail not."""
+    a = BUILTIN["qwen3-0.6b"]
+    weights = a.param_count() * 2 / (A100_BPS * C.HBM_EFFICIENCY)
+    assert N * a.forward_flops_per_token(PROMPT) / (A100_FLOPS * C.DECODE_MFU) > weights
+    assert N / 4 * a.forward_flops_per_token(PROMPT) / (A100_FLOPS * C.DECODE_MFU) < weights
+
+
+def test_long_tail_costs_more_than_its_average_batch() -> None:
+    r_mean, r_tail = 0.25 * MAX_RESP, MAX_RESP
+    declined, average = _generation_s(_workload(0.25, 1.0)), _average_batch_s(r_mean, r_tail)
+    assert declined > 1.02 * average  # 1.036x here (1.000x before the decline was priced)
+
+
+def test_fixed_length_equals_its_average_batch() -> None:
+    assert _generation_s(_workload(1.0, 1.0)) == pytest.approx(_average_batch_s(MAX_RESP, MAX_RESP), rel=1e-9)
+
+
+@pytest.mark.parametrize(("mean", "tail"), [(100.0, 100.0), (50.0, 100.0), (20.0, 100.0), (90.0, 100.0)])
+@pytest.mark.parametrize(("n_seq", "batch"), [(1000.0, 256.0), (100.0, 256.0), (0.5, 1.0)])
+def test_segments_keep_steps_and_tokens(mean: float, tail: float, n_seq: float, batch: float) -> None:
+    """The decline moves no step and no token: max(Rt, n·R̄/batch + Rt − R̄) steps carry n·R̄ tokens."""
+    segments = decode_segments(n_seq, batch, mean, tail, drain_profile(mean, tail))
+    assert len(segments) <= 1 + 4
+    assert sum(s for s, _ in segments) == pytest.approx(max(tail, n_seq * mean / batch + tail - mean), rel=1e-12)
+    assert sum(s * b for s, b in segments) == pytest.approx(n_seq * mean, rel=1e-12)
+    assert all(0 < b <= batch for _, b in segments)
