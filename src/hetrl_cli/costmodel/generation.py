@@ -1,8 +1,9 @@
-"""Generation: chunked prefill (compute bound) + continuous-batching decode, each step max(compute, HBM
-traffic of the weights and KV cache), on one replica (docs/costmodel.md, 'Generation').
+"""Generation: chunked prefill (compute bound) + continuous-batching decode on one replica, each decode step
+max(GEMM FLOPs, weight reads) + the attention's KV-cache reads, summed over the live batch as it drains
+(docs/costmodel.md, 'Generation').
 
 Everything but the batch-dependent arithmetic is computed once per (device classes, split, resident state)
-in `static`; the expressions keep the reference evaluation order (bit-for-bit the recorded predictions).
+in `static`; tests/costmodel/test_speed_equivalence.py pins the predictions to the recorded reference.
 """
 
 from __future__ import annotations
