@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,3 +34,21 @@ def qwen3_dir(tiny_dir: Path, target: Path, **shape: Any) -> Path:
     Qwen3ForCausalLM(Qwen3Config(**fields)).save_pretrained(target)
     tokenizer.save_pretrained(target)
     return target
+
+
+@pytest.fixture
+def one_rank_world() -> Iterator[Any]:
+    """A one-rank gloo world (the default group), destroyed afterwards: a rank's collectives run as in a real
+    group of one, so tests can count what they move."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from hetrl_cli.runtime.local import free_port
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=60))  # fmt: skip
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import datetime
 import math
 from pathlib import Path
 
@@ -28,7 +27,6 @@ from hetrl_cli.costmodel.forward import vocab_tp_s
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.costmodel.training import Zero3Passes, zero3_step_bytes
 from hetrl_cli.runtime import zero3
-from hetrl_cli.runtime.local import free_port
 from hetrl_cli.runtime.logprobs import chunk_tokens, response_logprobs
 from hetrl_cli.runtime.parallel import VocabParallelEmbedding, VocabParallelHead, vocab_range
 from hetrl_cli.runtime.roles import Critic
@@ -40,16 +38,6 @@ from .test_loading import _save
 LINK = LinkInfo(10e9, 2e-5, "nvlink", "test link")
 BUDGET = 4 * 200 * 5
 """A log-prob chunk budget of 5 tokens of a 400-row vocabulary's widest TP rank (200 rows): several chunks."""
-
-
-@pytest.fixture
-def one_rank_world():
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=60))  # fmt: skip
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
 
 
 def test_vocabulary_parallel_all_reduces_equal_the_cost_models(tmp_path: Path, monkeypatch) -> None:

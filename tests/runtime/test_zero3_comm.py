@@ -11,34 +11,20 @@ adds no gather (the backward's gather serves the recomputed forward).
 
 from __future__ import annotations
 
-import datetime
 import math
 from pathlib import Path
 
-import pytest
 import torch
-import torch.distributed as dist
 
 from hetrl_cli.artifacts.workload import RLSpec
 from hetrl_cli.costmodel.architectures import from_hf_config
 from hetrl_cli.costmodel.training import Zero3Passes, zero3_forward_passes, zero3_step_bytes
 from hetrl_cli.runtime import zero3
-from hetrl_cli.runtime.local import free_port
 from hetrl_cli.runtime.roles import Actor, pad_rows
 from hetrl_cli.runtime.sharding import Zero
 
 from .test_distributed import _batch
 from .test_loading import _save
-
-
-@pytest.fixture
-def one_rank_world():
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=60))  # fmt: skip
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
 
 
 def test_zero3_bytes_per_update_equal_the_cost_models(tmp_path: Path, monkeypatch, one_rank_world) -> None:
