@@ -91,6 +91,10 @@ class Generation:
         transformers' generate (decode_host_step_s)."""
         self._static: Memo[GenStatic] = Memo(self.static)
         self._drain = drain_profile(self.step.resp_mean, self.step.resp_tail)
+        self._contexts = tuple(
+            self.step.prompt_tokens + c for c in drain_contexts(self.step.resp_mean, self.step.resp_tail)
+        )
+        """Context whose KV cache a live sequence reads: the full batch's, then each drain segment's."""
 
     def replica(
         self,
@@ -105,15 +109,15 @@ class Generation:
         """Prefill + continuous-batching decode of `n_seq` sequences on one replica."""
         key = (classes, split, others, offload, names)
         g = self._static.get(key) or self._static.keyed(key, stages, split, others, offload, names)
-        P, Rm, Rt = self.step.prompt_tokens, self.step.resp_mean, self.step.resp_tail
+        Rm, Rt = self.step.resp_mean, self.step.resp_tail
         cap = g.cap
         batch = max(1.0, min(math.floor(cap) if cap >= 1 else 1.0, C.MAX_NUM_SEQS, max(n_seq, 1e-9)))
-        ctx = P + Rm / 2
         segments = decode_segments(n_seq, batch, Rm, Rt, self._drain)
+        contexts = self._contexts[len(self._contexts) - len(segments) :]  # the full batch's only if it has steps
         steps = sum(s for s, _ in segments)
         c = m_extra = tpc = p2p = 0.0
         crit, crit_s, busies = 0, -1.0, []
-        for seg_steps, seg_batch in segments:  # the live batch's decline, segment by segment
+        for (seg_steps, seg_batch), ctx in zip(segments, contexts, strict=True):  # the batch's decline, in segments
             busy, c1, m1, tpc1, p2p1, p = self._decode_step(g, seg_batch, ctx)
             k = seg_steps * g.pp
             c, m_extra, tpc, p2p = c + k * c1, m_extra + k * m1, tpc + k * tpc1, p2p + k * p2p1
@@ -291,18 +295,52 @@ def drain_profile(resp_mean: float, resp_tail: float) -> tuple[tuple[float, floa
     >>> [(round(f, 3), round(b, 3)) for f, b in drain_profile(50.0, 100.0)]
     [(0.25, 0.875), (0.25, 0.625), (0.25, 0.375), (0.25, 0.125)]
     """
-    k = max(0.0, resp_tail / resp_mean - 1.0) if resp_mean > 0 else 0.0
-
-    def cum(u: float) -> tuple[float, float]:  # (steps, tokens) / resp_tail up to quantile u; 0**0 taken as 0
-        if u <= 0.0:
-            return 0.0, 0.0
-        return u**k, u**k - k / (k + 1.0) * u ** (k + 1.0)
-
+    k = _drain_exponent(resp_mean, resp_tail)
     out = []
     for i in range(DRAIN_SEGMENTS):
-        (s0, t0), (s1, t1) = cum(i / DRAIN_SEGMENTS), cum((i + 1) / DRAIN_SEGMENTS)
+        (s0, t0, _), (s1, t1, _) = _drain_cum(i / DRAIN_SEGMENTS, k), _drain_cum((i + 1) / DRAIN_SEGMENTS, k)
         if s1 - s0 > 0.0:
             out.append((s1 - s0, (t1 - t0) / (s1 - s0)))
+    return tuple(out)
+
+
+def _drain_exponent(resp_mean: float, resp_tail: float) -> float:
+    """k of the lengths L = resp_tail * u**k (drain_profile)."""
+    return max(0.0, resp_tail / resp_mean - 1.0) if resp_mean > 0 else 0.0
+
+
+def _drain_cum(u: float, k: float) -> tuple[float, float, float]:
+    """Up to quantile u of the last wave: (steps / resp_tail, tokens / (resp_tail x wave), KV tokens read /
+    (resp_tail**2 x wave)) = (u**k, G(u), H(u)); 0**0 taken as 0."""
+    if u <= 0.0:
+        return 0.0, 0.0, 0.0
+    g = u**k - k / (k + 1.0) * u ** (k + 1.0)
+    return u**k, g, u ** (2 * k) / 2 - k / (2 * k + 1.0) * u ** (2 * k + 1.0)
+
+
+def drain_contexts(resp_mean: float, resp_tail: float) -> tuple[float, ...]:
+    """Generated tokens of context a live sequence's KV reads cover on average: while the batch is full, then in
+    each of drain_profile's segments (the same lengths L = resp_tail * u**k).
+
+    A sequence of length L reads its KV cache at L contexts, prompt + 0 .. L - 1: n (prompt E[L] + E[L**2] / 2) KV
+    tokens in all, more than n E[L] (prompt + E[L] / 2) wherever lengths vary (the long responses that outlive the
+    rest read the longest caches). While the engine refills the batch a step's live sequences are a
+    length-weighted sample at uniform ages: E[L**2] / (2 E[L]), E[L**2] = resp_tail**2 / (2k + 1). In the drain
+    every live sequence is s steps old at step s; over u in [a, b] the KV tokens are resp_tail**2 x wave x
+    (H(b) - H(a)), H(u) = u**(2k) / 2 - k/(2k+1) u**(2k+1), over drain_profile's resp_tail x wave x (G(b) - G(a))
+    tokens. Exact at a fixed length (k = 0): resp_mean / 2 throughout, as the average context.
+
+    >>> drain_contexts(100.0, 100.0)
+    (50.0, 50.0)
+    >>> [round(c, 1) for c in drain_contexts(50.0, 100.0)]
+    [33.3, 11.9, 36.7, 61.1, 83.3]
+    """
+    k = _drain_exponent(resp_mean, resp_tail)
+    out = [resp_tail**2 / (2 * (2 * k + 1.0) * resp_mean) if resp_mean > 0 else 0.0]
+    for i in range(DRAIN_SEGMENTS):
+        (s0, t0, h0), (s1, t1, h1) = _drain_cum(i / DRAIN_SEGMENTS, k), _drain_cum((i + 1) / DRAIN_SEGMENTS, k)
+        if s1 - s0 > 0.0:  # drain_profile's segments
+            out.append(resp_tail * (h1 - h0) / (t1 - t0) if t1 > t0 else 0.0)
     return tuple(out)
 
 
