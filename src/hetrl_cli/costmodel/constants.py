@@ -10,21 +10,22 @@ Units are in the names: _s seconds, _Bps bytes/s, _bytes bytes, _FLOPs floating-
 from __future__ import annotations
 
 # ---- datasheet figures → what a kernel reaches (per GPU generation) -----------------------------------------
-DATASHEET_MATMUL_FRACTION: dict[str, float] = {"hopper": 0.674, "ampere": 1.0}
+DATASHEET_MATMUL_FRACTION: dict[str, float] = {"hopper": 0.711, "ampere": 1.0}
 """The GEMM rate a GPU reaches as a fraction of its datasheet dense peak, by generation (devices.gpu_generation:
 "hopper" from compute capability 9.0 on, "ampere" for every earlier one; Ada, Turing and Volta take the Ampere
 value, no figure was measured on them). Applied only where the profile's FLOP/s is the datasheet's (a catalog
 profile); a probed `measured_tflops` is used as it is. The efficiencies below are fractions of this rate.
 Fitted on the fit set of bench/published.py (docs/benchmarks.md, "The cost model against published GPU
 measurements"), with selective activation checkpointing priced as torchtitan runs it:
-- Hopper 0.674 (just above the fit's lower bound 0.666, hetrl's H200 probe: 658.9 of 989.5 TFLOP/s on one probe
+- Hopper 0.711 (the fit's lower bound is 0.666, hetrl's H200 probe: 658.9 of 989.5 TFLOP/s on one probe
   shape, bench/results/gpu_check_h200): torchtitan's Llama 3.1 8B, FSDP on 8 H100 (Grand
   Teton: 96 GB HBM2e, 500 W, a peak between SXM and NVL), 5,762 tok/s/GPU (benchmarks/llama3_h100_202412_
-  torchtitan.md, 2024-12), predicted 0.93×, and vLLM 0.6.0's offline batch of 5,000 ShareGPT prompts on one
+  torchtitan.md, 2024-12), predicted 0.96×, and vLLM 0.6.0's offline batch of 5,000 ShareGPT prompts on one
   H100 (Llama 3.1 8B, 256 sequences a step, 8,088 output tok/s; LambdaLabsML/vllm-benchmark benchmark_v0.md,
-  2024-09), predicted 1.05×, whose decode steps are compute bound; the 128-H100 run (a check) 0.93×, Llama 3.1
-  70B at TP4 on 4 H100 (two checks) 1.02× and 1.06×. (0.666 before decode was priced over the batch's decline,
-  0.77 before the large-batch figures joined the fit; 0.83 before the no-autocast refit.)
+  2024-09), predicted 1.03×, whose decode steps are compute bound; the 128-H100 run (a check) 0.96×, Llama 3.1
+  70B at TP4 on 4 H100 (two checks) 1.09× and 1.04×. (0.674 before decode's KV reads followed each live
+  sequence's own context, 0.666 before decode was priced over the batch's decline, 0.77 before the large-batch
+  figures joined the fit; 0.83 before the no-autocast refit.)
 - Ampere 1.0 (the bound: the datasheet's 312 TFLOP/s, so TRAIN_MATMUL_EFFICIENCY's 0.9 alone): torchtitan's
   Llama 3 8B and Llama 2 70B, FSDP on 64 A100 80GB, 2,973 and 353 tok/s/GPU (docs/performance.md at 157a12c,
   2024-04-24): predicted 0.99× both; Llama 2 13B and Llama 3 70B (checks) 0.96× and 1.01×. (Refitted after
