@@ -30,8 +30,8 @@ def cpu_profile() -> ClusterProfile:
 def test_host_step_of_each_engine() -> None:
     assert decode_host_step_s(None, 36, True) == (C.DECODE_STEP_OVERHEAD_S, 0.0)
     assert decode_host_step_s("vllm", 36, False) == (C.DECODE_STEP_OVERHEAD_S, 0.0)
-    assert decode_host_step_s("hf", 36, False) == pytest.approx((0.6e-3, 36 * 0.35e-3))
-    assert decode_host_step_s("hf", 36, True) == pytest.approx((0.6e-3, 36 * 1.0e-3))
+    assert decode_host_step_s("hf", 36, False) == pytest.approx((0.4e-3, 36 * 0.25e-3))
+    assert decode_host_step_s("hf", 36, True) == pytest.approx((0.4e-3, 36 * 1.0e-3))
 
 
 def test_default_engine_prices_as_before() -> None:
@@ -44,7 +44,7 @@ def test_hf_on_a_cpu_adds_its_per_layer_host_work_to_every_step() -> None:
     profile = cpu_profile()
     plain = CostModel(profile, GRPO_SMALL).task(GEN).terms
     hf = CostModel(profile, GRPO_SMALL, engine="hf").task(GEN).terms
-    ratio = sum(decode_host_step_s("hf", LAYERS, False)) / C.DECODE_STEP_OVERHEAD_S  # 10.4 for 28 layers
+    ratio = sum(decode_host_step_s("hf", LAYERS, False)) / C.DECODE_STEP_OVERHEAD_S  # 7.4 for 28 layers
     assert hf["overhead"] == pytest.approx(plain["overhead"] * ratio)
     assert {k: v for k, v in hf.items() if k != "overhead"} == {k: v for k, v in plain.items() if k != "overhead"}
 
@@ -54,7 +54,7 @@ def test_hf_on_a_gpu_cannot_step_faster_than_it_dispatches() -> None:
     plain = CostModel(profile, GRPO_SMALL).task(GEN).terms
     hf = CostModel(profile, GRPO_SMALL, engine="hf").task(GEN).terms
     steps = plain["overhead"] / C.DECODE_STEP_OVERHEAD_S  # a catalog GPU host: no slowdown
-    serial, floor = decode_host_step_s("hf", LAYERS, True)  # 0.6 ms + 28 ms a step for 28 layers
+    serial, floor = decode_host_step_s("hf", LAYERS, True)  # 0.4 ms + 28 ms a step for 28 layers
     device = plain["compute"] + plain["memory"] + plain["tp_comm"]  # with the prefill: an upper bound of decode's
     assert hf["overhead"] <= steps * (serial + floor)
     assert hf["overhead"] >= steps * (serial + floor) - device

@@ -123,17 +123,21 @@ HF_NOISE_LIVE_COPIES = 4
 HF_STEP_LOGITS_FP32_COPIES = 3
 """fp32 [batch, vocab] tensors of one decoding step: transformers' fp32 copy of the last position's logits, the
 sampler's clone and its noisy scores (engines/hf._SeededGumbel), next to the head's output in the workload's dtype."""
-HF_DECODE_STEP_FIXED_S = 0.6e-3
-"""Host time of one hf-engine decode step besides its layers (the sampler, the cache and stopping bookkeeping of
-transformers' `generate`), in place of DECODE_STEP_OVERHEAD_S when the cost model prices the hf engine
-(CostModel(engine="hf")). bench/hf_step_overhead.py on this project's CPU box: 0.58-0.65 ms of process CPU time a
-step at batch 1-8, the intercept of the line over 1-32 layers (docs/benchmarks.md)."""
-HF_DECODE_STEP_PER_LAYER_S = 0.35e-3
+HF_DECODE_STEP_FIXED_S = 0.4e-3
+"""Host time of one hf-engine decode step besides its layers (the sampler, the cache and the stop check of the
+engine's own decode loop, runtime/engines/hfdecode.py), in place of DECODE_STEP_OVERHEAD_S when the cost model
+prices the hf engine (CostModel(engine="hf")). bench/hf_step_overhead.py on this project's CPU box (2026-12-05
+16:41-16:44 UTC, shared, load 2.5-5.1; 3 passes x 7 repeats, medians): 0.39-0.40 ms of process CPU time a step at
+batch 1-8, the intercept of the line over 1-32 layers; through transformers' `generate`, as the engine decoded
+before 813d11a, the same run read 0.59-0.60 ms (this constant was 0.6 ms then; docs/benchmarks.md)."""
+HF_DECODE_STEP_PER_LAYER_S = 0.25e-3
 """Host time of one decoder layer in an hf-engine decode step on a CPU (transformers' per-module Python dispatch;
-the arithmetic of the bench's 64-wide layers is ~50 kFLOP): the slope of the same line, 0.31-0.39 ms of CPU time a
-layer at batch 1-8 (1.1 ms of wall time on the shared box at load ~15). On a GPU the step cannot be shorter than
-its dispatch, EAGER_DISPATCH_S_PER_LAYER_FORWARD a layer (the H200's hf decode step of Qwen3-0.6B, 28 layers,
-took 27-29 ms of host time against 4.6 ms of kernels: 0.96-1.04 ms a layer)."""
+the arithmetic of the bench's 64-wide layers is ~50 kFLOP): the slope of the same line, 0.225-0.285 ms of CPU time
+a layer at batch 1-8 in the same run, equal through `generate` (0.226-0.287): the loop changes only the fixed part.
+It was 0.35 ms, fitted at 12:38 UTC at load ~15 and before the engine ran under inference_mode (553442d): 0.31-0.39.
+On a GPU the step cannot be shorter than its dispatch, EAGER_DISPATCH_S_PER_LAYER_FORWARD a layer (the H200's hf
+decode step of Qwen3-0.6B, 28 layers, took 27-29 ms of host time against 4.6 ms of kernels: 0.96-1.04 ms a
+layer)."""
 
 # ---- memory -------------------------------------------------------------------------------------------------
 USABLE_MEMORY_FRACTION = 0.92

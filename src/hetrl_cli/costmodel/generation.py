@@ -88,7 +88,7 @@ class Generation:
         self.overhead_factor = overhead_factor
         self.engine = engine
         """The rollout engine priced: None for a vLLM-like engine (DECODE_STEP_OVERHEAD_S a step), "hf" for
-        transformers' generate (decode_host_step_s)."""
+        the hf engine's decode loop (decode_host_step_s)."""
         self._static: Memo[GenStatic] = Memo(self.static)
         self._drain = drain_profile(self.step.resp_mean, self.step.resp_tail)
         self._contexts = tuple(
@@ -378,7 +378,7 @@ def decode_host_step_s(engine: str | None, layers: int, launches: bool) -> tuple
     later ones are dispatched), and the serial part (sampling after the step's sync) adds.
 
     >>> [round(s * 1e3, 1) for s in decode_host_step_s("hf", 36, False) + decode_host_step_s("hf", 36, True)]
-    [0.6, 12.6, 0.6, 36.0]
+    [0.4, 9.0, 0.4, 36.0]
     """
     if engine != "hf":
         return C.DECODE_STEP_OVERHEAD_S, 0.0
