@@ -4,10 +4,18 @@ A CostModel's profile, workload and calibration never change, so nothing it comp
 calls `CostModel.task()` tens of thousands of times over few distinct shapes, and each level of an estimate
 (device layout, stage, split, replica, class-level estimate, whole task) repeats far more often than it
 differs. One `Memo` per level keeps what it computed, for the model's lifetime.
+
+A memo made from its owner's bound method (`self._stages = Memo(self._make_stage)`) keeps the method's
+function and only a weak reference to the owner: a strong one (the bound method) would make owner → memo →
+method → owner a reference cycle, and then a dropped CostModel with every table it filled (hundreds of
+thousands of objects after a planner search) would wait for the cyclic garbage collector, which frees it
+inside whatever runs next (the next `make_plan`'s timed budget). Without the cycle it is freed when dropped.
 """
 
 from __future__ import annotations
 
+import types
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -21,22 +29,39 @@ class Memo(dict, Generic[T]):
     it depends on. A stored result is shared: callers must not mutate it.
 
     It is a dict (key → result), so the few lookups hot enough for a Python call to show (tens of thousands
-    per search) read it first: `hit = memo.get(key)`, then `memo.keyed(key, ...)` only when it is None."""
+    per search) read it first: `hit = memo.get(key)`, then `memo.keyed(key, ...)` only when it is None.
 
-    __slots__ = ("make",)
+    `make` a bound method: the memo holds its function and a weak reference to its object (no reference
+    cycle when the object holds the memo); the object must outlive the memo's use, as its own attribute does."""
+
+    __slots__ = ("make", "owner")
 
     def __init__(self, make: Callable[..., T]) -> None:
         super().__init__()
-        self.make = make
+        if isinstance(make, types.MethodType):
+            self.make: Callable[..., T] = make.__func__
+            self.owner: weakref.ref | None = weakref.ref(make.__self__)
+        else:
+            self.make = make
+            self.owner = None
+
+    def _compute(self, args: tuple) -> T:
+        """The result for `args`, computed (a miss): the function, given the owner first if it has one."""
+        if self.owner is None:
+            return self.make(*args)
+        owner = self.owner()
+        if owner is None:
+            raise ReferenceError(f"Memo of {self.make.__qualname__}: its object was freed before this call")
+        return self.make(owner, *args)
 
     def __call__(self, *args: Hashable) -> T:
         value = self.get(args, _MISSING)
         if value is _MISSING:  # most calls miss at some levels: no KeyError raised and caught per miss
-            value = self[args] = self.make(*args)
+            value = self[args] = self._compute(args)
         return value
 
     def keyed(self, key: Hashable, *args: object) -> T:
         value = self.get(key, _MISSING)
         if value is _MISSING:
-            value = self[key] = self.make(*args)
+            value = self[key] = self._compute(args)
         return value

@@ -489,4 +489,5 @@ def _branch_and_bound(tabs, specs, local_sync, pair_cost, capacity, overlap, flo
                     heapq.heappop(kept)
 
     visit(0, code(tuple(capacity)), 0.0, 0.0, 0.0, 0.0, 0.0)
+    visit = None  # a recursive closure is a cycle (its cell holds it) keeping pair_cost's Screen, Tables, CostModel
     return sorted((-v, rows) for v, rows in kept)
