@@ -57,9 +57,9 @@ def test_auto_estimates_after_the_ilps_start():
     seen: list[int] = []
     real = ilp_module.estimate_s
 
-    def spy(tables, gran):
+    def spy(tables, gran, *probe):
         seen.append(len(tables._group))
-        return real(tables, gran)
+        return real(tables, gran, *probe)
 
     ilp_module.estimate_s = spy
     try:
@@ -183,3 +183,78 @@ def test_auto_runs_no_start_where_the_ilp_space_is_too_large(monkeypatch):
     monkeypatch.setattr(api_module, "_incumbent", lambda *a, **k: starts.append(1) or real(*a, **k))
     plan = make_plan(cluster("wide", wide), workload("grpo", "sync"), solver="auto", budget_s=600, max_evals=16)
     assert "ILP space is too large" in plan.solver.note and not starts
+
+
+def started(profile, w: Workload, evaluations: int = 64):
+    """Fresh tables and the hybrid's start on them (what auto has when it estimates)."""
+    from hetrl_cli.planner.api import run_hybrid
+    from hetrl_cli.planner.search import Budget
+
+    tables = tables_for(profile, w)
+    return tables, run_hybrid(tables, Budget(None, evaluations), 0, [], lambda _t: None)
+
+
+def test_the_leaves_are_priced_from_a_leaf_solved_in_the_estimate(monkeypatch):
+    """With the start's plan as cutoff the estimate solves the largest leaves and prices all leaves from the
+    slower one's CPU seconds: a leaf HiGHS finds 0.2 CPU s harder moves the leaves' part by LEAVES_PER_LARGEST
+    times that (before, leaves were priced per LP column, whatever HiGHS made of them: u10 and u14 of the
+    uneven suite at 0.46 and 0.48 of the exact solver's CPU)."""
+    import hetrl_cli.planner.ilp as ilp_module
+    from hetrl_cli.planner.estimate import LEAVES_PER_LARGEST
+
+    profile = cluster("uneven", UNEVEN)
+    tables, first = started(profile, grpo_async())
+    easy = ilp_module.estimate_parts(tables, "host", first.stats.objective)
+    assert easy.largest_s is not None and easy.largest_s > 0
+    real = ilp_module.IlpModel.solve
+
+    def hard(self, *args, **kwargs):  # the same leaf, 0.2 CPU s harder
+        start = time.process_time()
+        while time.process_time() - start < 0.2:
+            pass
+        return real(self, *args, **kwargs)
+
+    tables, first = started(profile, grpo_async())
+    monkeypatch.setattr(ilp_module.IlpModel, "solve", hard)
+    harder = ilp_module.estimate_parts(tables, "host", first.stats.objective)
+    assert harder.largest_s >= 0.2 and harder.leaves_s >= LEAVES_PER_LARGEST * 0.2, harder
+    assert harder.leaves_s - easy.leaves_s >= LEAVES_PER_LARGEST * 0.1, (easy, harder)
+
+
+def test_the_exact_solver_reuses_the_estimates_leaves():
+    """The leaves the estimate solved are not solved again by the exact solver, and it returns the same answer
+    as without the estimate (same status, objective and bound)."""
+    import hetrl_cli.planner.ilp as ilp_module
+    from hetrl_cli.planner.ilp import estimate_parts, solve_ilp
+    from hetrl_cli.planner.search import Budget
+
+    profile = cluster("uneven", UNEVEN)
+    results = []
+    solved: list[tuple] = []
+    real = ilp_module.IlpModel.solve
+
+    def counted(self, *args, **kwargs):
+        solved.append(self.space.groupings[0])
+        return real(self, *args, **kwargs)
+
+    for probe in (False, True):
+        tables, first = started(profile, grpo_async())
+        cutoff = first.stats.objective
+        if probe:
+            estimate_parts(tables, "host", cutoff)
+            probed = set(ilp_module._PROBED[tables])
+            assert probed
+        solved.clear()
+        ilp_module.IlpModel.solve = counted
+        try:
+            result, _space, _note = solve_ilp(tables, Budget(600), granularity="host", incumbent=cutoff)
+        finally:
+            ilp_module.IlpModel.solve = real
+        results.append((result.status, result.objective, result.bound, cutoff))
+        if probe:
+            assert not probed & set(solved), probed & set(solved)
+            assert not ilp_module._PROBED[tables]  # each taken once (the solver reached them)
+        else:
+            unprobed = set(solved)
+    assert results[0] == results[1], results
+    assert probed <= unprobed  # the exact solver solves these leaves in any case

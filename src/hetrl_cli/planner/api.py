@@ -132,7 +132,7 @@ def _solve(tables, solver: str, budget: Budget, seed: int, report, leaves: LeafO
 
         if choose_granularity(tables, 150) is not None:  # else the hybrid, no start (choose_solver)
             start = (_incumbent(tables, budget.first(ILP_HYBRID_SHARE), seed, bases, report),)
-        solver, note = choose_solver(tables, budget)
+        solver, note = choose_solver(tables, budget, start[0] if start else None)
     if solver == "ilp" and tables.objective.kind == "cost":
         from hetrl_cli.planner.cost_ilp import run_cost_ilp
 
@@ -152,9 +152,10 @@ def _solve(tables, solver: str, budget: Budget, seed: int, report, leaves: LeafO
     return _not_worse_than(outcome, bases, tables)
 
 
-def choose_solver(tables, budget: Budget) -> tuple[str, str]:
+def choose_solver(tables, budget: Budget, start: Outcome | None = None) -> tuple[str, str]:
     """ILP when its space exists and its tables are estimated to take under AUTO_ILP_SHARE of the seconds
-    left."""
+    left; `start` (the ILP's starting plan) is the estimate's cutoff for the leaf it solves."""
+    from hetrl_cli.planner.estimate import LEAVES_PER_LARGEST
     from hetrl_cli.planner.ilp import choose_granularity, estimate_s
     from hetrl_cli.planner.space import count_pools
 
@@ -163,7 +164,12 @@ def choose_solver(tables, budget: Budget) -> tuple[str, str]:
         n = count_pools(tables.classes, "host")
         return "hybrid", f"hybrid, the ILP space is too large ({n} whole-host pools)"
     budget_s = max(MIN_STAGE_S, budget.remaining_s())
-    estimate = estimate_s(tables, gran)  # tables and leaf MILPs, timed on a sample (ilp.estimate_s)
+    if start is not None and tables.objective.kind == "time" and math.isfinite(start.stats.objective):
+        # the largest leaves solved, cut off at the start's plan (ilp.estimate_s)
+        limit_s = AUTO_ILP_SHARE * budget_s / LEAVES_PER_LARGEST  # a leaf past it: the leaves overrun the share
+        estimate = estimate_s(tables, gran, start.stats.objective, limit_s)
+    else:  # tables timed on a sample, leaf MILPs by their columns
+        estimate = estimate_s(tables, gran)
     if tables.objective.kind == "cost":  # the cost sweep solves a time ILP per $/hour cap (cost_ilp.py)
         from hetrl_cli.planner.cost_ilp import expected_steps
 

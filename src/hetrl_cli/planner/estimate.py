@@ -8,8 +8,12 @@ still has to do on the tables as they are when auto asks, after the hybrid's sta
   the rate per missing entry scales to the stratum (an outlier entry counts once: OUTLIER). The sampled
   entries stay cached for the run.
 - **Leaf MILPs**: one per grouping; its LP columns are the pools its groups can take (cached entries known,
-  the rest from the sample's feasibility) and the weight syncs' pool pairs; LEAF_S_PER_COLUMN CPU seconds a
-  column summed over the groupings (fitted on the uneven suite, bench/hybrid_uneven.py; docs/benchmarks.md
+  the rest from the sample's feasibility) and the weight syncs' pool pairs. How hard HiGHS finds a leaf is
+  not in its size (CPU per column varied 6x between settings of like size), so it is measured: with the
+  start's plan as cutoff, the two largest leaves (every task apart; the most estimated columns) are solved as
+  the exact solver would solve them (`ilp.probe_leaf`; their results kept for it: `ilp.solved_leaf`), and all
+  leaves are LEAVES_PER_LARGEST times the slower, at least LEAF_FLOOR_S_PER_COLUMN a column; without a start,
+  LEAF_S_PER_COLUMN a column (constants fitted on the uneven suite, bench/hybrid_uneven.py; docs/benchmarks.md
   says on which settings). The pair tables themselves (`ilp._fill_pairs`) took 1-8 % of the tables' CPU
   seconds there and are left to the tables' rate.
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetrl_cli.planner.search import Subset
 from hetrl_cli.planner.space import Granularity, allocate, enumerate_pools, groupings
@@ -36,10 +40,18 @@ OUTLIER = 10
 """A sampled entry over this many times the stratum's median is counted once, at its excess: on the suite one
 entry in a few hundred took 0.1-0.6 CPU s against 1-5 ms for the rest (a cost-model cache warmed once: u18's
 whole tables then took 1.35 s), and scaled to every entry it put the estimate at 3-10x."""
+LEAVES_PER_LARGEST = 6.0
+"""All leaf MILPs' CPU seconds over the largest leaf's (the slower of every task apart and the most estimated
+columns; model building and HiGHS), solved in the estimate with the start's plan as cutoff: 3.8-9.9 on the
+fit set u04, u07, u10, u12 (geometric mean 5.9; docs/benchmarks.md), where their CPU per column varied 6x..."""
+LEAF_FLOOR_S_PER_COLUMN = 4e-6
+"""but at least this per LP column summed over the groupings: many leaves alike in size and none hard (u23:
+198 leaves, the largest 3 % of their CPU) cost their building and presolve; the cheapest column of the fit
+set's leaves (u04 and u12: 4-8e-6)."""
 LEAF_S_PER_COLUMN = 1.7e-5
-"""CPU seconds of leaf MILPs (model building and HiGHS, the hybrid's plan as cutoff) per LP column summed over the
-groupings: a column per (group, pool) it can take and per pair of pools of a weight sync between two groups
-(`IlpModel`'s transportation variables)."""
+"""Without a start to cut off at (no probe): CPU seconds of leaf MILPs (model building and HiGHS) per LP column
+summed over the groupings: a column per (group, pool) it can take and per pair of pools of a weight sync between
+two groups (`IlpModel`'s transportation variables)."""
 
 
 @dataclass
@@ -50,6 +62,12 @@ class Estimate:
     leaves_s: float
     missing: int
     """Group options the tables do not hold yet."""
+    largest: tuple[Subset, ...] = ()
+    """The grouping whose leaf has the most estimated columns..."""
+    columns: float = 0.0
+    """...and the columns summed over every grouping's leaf."""
+    largest_s: float | None = None
+    """The largest leaf's CPU seconds where it was solved (`leaves_from_largest`)."""
 
     @property
     def total_s(self) -> float:
@@ -57,7 +75,8 @@ class Estimate:
 
 
 def estimate(tables: Tables, granularity: Granularity, seed: int = 0) -> Estimate:
-    """The estimate (module docstring) on `tables` as they are."""
+    """The estimate (module docstring) on `tables` as they are, its leaves from their columns (with a start,
+    `ilp.estimate_parts` solves the largest and prices them by `leaves_from_largest`)."""
     rng = random.Random(seed)
     pools = enumerate_pools(tables.classes, granularity)
     all_groupings = groupings(tables.tasks)
@@ -85,8 +104,15 @@ def estimate(tables: Tables, granularity: Granularity, seed: int = 0) -> Estimat
             for s in todo[p]:
                 fits[s].append(sum(share[s]) / len(share[s]) if share[s] else 0.5)
     feasible = {s: sum(f) for s, f in fits.items()}
-    leaves_s = LEAF_S_PER_COLUMN * sum(_columns(tables, grouping, feasible) for grouping in all_groupings)
-    return Estimate(tables_s, leaves_s, sum(map(len, todo)))
+    columns = [_columns(tables, grouping, feasible) for grouping in all_groupings]
+    largest = all_groupings[columns.index(max(columns))]
+    return Estimate(tables_s, LEAF_S_PER_COLUMN * sum(columns), sum(map(len, todo)), largest, sum(columns))
+
+
+def leaves_from_largest(estimate: Estimate, largest_s: float) -> Estimate:
+    """`estimate` with its leaves priced from the largest leaf's measured CPU seconds (module docstring)."""
+    leaves_s = max(LEAVES_PER_LARGEST * largest_s, LEAF_FLOOR_S_PER_COLUMN * estimate.columns)
+    return replace(estimate, leaves_s=leaves_s, largest_s=largest_s)
 
 
 def _strata(todo: Sequence[list[Subset]], devices: Sequence[tuple[str, ...]], n_subsets: int) -> list[list[int]]:

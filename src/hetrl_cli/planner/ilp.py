@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -710,8 +711,10 @@ def search_space(
             break
         if progress:
             progress(f"ILP: grouping {' | '.join('+'.join(g) for g in grouping)}")
-        model = IlpModel(tables, subspace(space, grouping), cutoff=None if math.isinf(cut()) else cut())
-        result = model.solve(remaining) if leaf_solver is None else leaf_solver(model, remaining)
+        result = solved_leaf(tables, grouping, cut()) if leaf_solver is None else None  # auto's probe's leaf
+        if result is None:
+            model = IlpModel(tables, subspace(space, grouping), cutoff=None if math.isinf(cut()) else cut())
+            result = model.solve(remaining) if leaf_solver is None else leaf_solver(model, remaining)
         solve_s += result.seconds
         n_bin, n_con = max(n_bin, result.n_binaries), max(n_con, result.n_constraints)
         if result.status == "infeasible":  # nothing in this grouping beats the cutoff (or fits at all)
@@ -739,12 +742,87 @@ def search_space(
     return best, n_bin
 
 
-def estimate_s(tables: Tables, granularity: Granularity) -> float:
+def estimate_s(
+    tables: Tables, granularity: Granularity, incumbent_s: float | None = None, limit_s: float = 60.0
+) -> float:
     """auto's estimate of the exact solver's CPU seconds on `tables` as they are (the hybrid's start has filled
     some of them): the group options and pair tables still missing, timed on a stratified sample, and the leaf
-    MILPs from their binaries (planner/estimate.py; the hybrid's start is budgeted apart). CPU seconds, not
-    wall: other processes' load does not move it (timing wall seconds, one setting was estimated at 2.6-9.5 s
-    within one day on the shared box); on an idle machine they are the ILP's wall seconds (one thread)."""
-    from hetrl_cli.planner.estimate import estimate
+    MILPs: with the start's plan (`incumbent_s`) as cutoff, the two largest leaves solved (within `limit_s`
+    each; the exact solver reuses them) and all priced from the slower, else from their columns
+    (planner/estimate.py; the hybrid's start is budgeted apart). CPU seconds, not wall: other processes' load
+    does not move it (timing wall seconds, one setting was estimated at 2.6-9.5 s within one day on the shared
+    box); on an idle machine they are the ILP's wall seconds (one thread)."""
+    return estimate_parts(tables, granularity, incumbent_s, limit_s).total_s
 
-    return estimate(tables, granularity).total_s
+
+def estimate_parts(tables: Tables, granularity: Granularity, incumbent_s: float | None = None, limit_s: float = 60.0):
+    """`estimate_s` by its parts (`estimate.Estimate`)."""
+    from hetrl_cli.planner.estimate import estimate, leaves_from_largest
+
+    parts = estimate(tables, granularity)
+    if incumbent_s is None:
+        return parts
+    finest = max(groupings(tables.tasks), key=len)  # every task apart: the hardest leaf on 6 of the suite's 9
+    probes = [probe_leaf(tables, granularity, g, incumbent_s, limit_s) for g in dict.fromkeys([finest, parts.largest])]
+    return leaves_from_largest(parts, max(p.seconds for p in probes))
+
+
+@dataclass
+class Probe:
+    """A leaf MILP solved for auto's estimate as the exact solver would solve it: its grouping, cutoff, CPU
+    seconds (its group options and pair tables apart: the tables' part of the estimate counts them), result."""
+
+    grouping: tuple[Subset, ...]
+    cutoff: float
+    seconds: float
+    """Model building and HiGHS, in process CPU seconds."""
+    result: IlpResult
+
+
+_PROBED: weakref.WeakKeyDictionary[Tables, dict[tuple[Subset, ...], Probe]] = weakref.WeakKeyDictionary()
+"""The probes' proven leaves per tables, by grouping, until the exact solver takes them (`solved_leaf`)."""
+
+
+def probe_leaf(
+    tables: Tables, granularity: Granularity, grouping: tuple[Subset, ...], incumbent_s: float, limit_s: float
+) -> Probe:
+    """Solve `grouping`'s leaf MILP with the start's `incumbent_s` as cutoff, as `search_space` would (its
+    group options on every pool, its pair tables, the same MILP), within `limit_s`; a proven result is kept
+    for the exact solver."""
+    pools = enumerate_pools(tables.classes, granularity)
+    all_groupings = groupings(tables.tasks)
+    subsets = sorted({g for gs in all_groupings for g in gs}, key=lambda s: (len(s), s))
+    space = IlpSpace(granularity, pools, [grouping], subsets, {})
+    index = {s: i for i, s in enumerate(subsets)}
+    for p, pool in enumerate(pools):  # as build_space, for this grouping's subsets only
+        devices = allocate(tables.classes, [pool])[0]
+        for subset in grouping:
+            option = tables.group_option(subset, devices)
+            if option is not None:
+                space.options[(index[subset], p)] = option
+                if "actor_train" in subset and "generation" in subset:
+                    space.same_sync[(index[subset], p)] = tables.same_group_weight_sync(devices)
+    _fill_pairs(tables, space)
+    start = time.process_time()
+    cutoff = incumbent_s * (1 + INCUMBENT_SLACK)
+    result = IlpModel(tables, space, cutoff=cutoff).solve(limit_s)
+    probe = Probe(grouping, cutoff, time.process_time() - start, result)
+    if result.status in ("optimal", "infeasible"):  # proven: the exact solver may take it as it is
+        _PROBED.setdefault(tables, {})[grouping] = probe
+    return probe
+
+
+def solved_leaf(tables: Tables, grouping: tuple[Subset, ...], cutoff: float) -> IlpResult | None:
+    """The probe's leaf result for `grouping` under `cutoff` (`search_space` asks before it builds a leaf),
+    once; None where none was kept or the cutoff is above the probe's (cutoffs only fall, so a leaf proven
+    under the probe's holds under a lower one: a plan under it stays optimal, else nothing beats it)."""
+    probe = _PROBED.get(tables, {}).get(grouping)
+    if probe is None or cutoff > probe.cutoff:
+        return None
+    del _PROBED[tables][grouping]
+    result = probe.result
+    if result.status == "optimal" and result.objective is not None and result.objective < cutoff * (1 - 1e-7):
+        return result
+    return IlpResult(
+        "infeasible", None, None, result.seconds, n_binaries=result.n_binaries, n_constraints=result.n_constraints
+    )
