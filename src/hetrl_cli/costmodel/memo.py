@@ -32,7 +32,8 @@ class Memo(dict, Generic[T]):
     per search) read it first: `hit = memo.get(key)`, then `memo.keyed(key, ...)` only when it is None.
 
     `make` a bound method: the memo holds its function and a weak reference to its object (no reference
-    cycle when the object holds the memo); the object must outlive the memo's use, as its own attribute does."""
+    cycle when the object holds the memo); the object must outlive the memo's use, as its own attribute does,
+    and be truthy (no falsy `__len__`/`__bool__`: the miss path tests it with `or`, one check the fewest steps)."""
 
     __slots__ = ("make", "owner")
 
@@ -45,23 +46,21 @@ class Memo(dict, Generic[T]):
             self.make = make
             self.owner = None
 
-    def _compute(self, args: tuple) -> T:
-        """The result for `args`, computed (a miss): the function, given the owner first if it has one."""
-        if self.owner is None:
-            return self.make(*args)
-        owner = self.owner()
-        if owner is None:
-            raise ReferenceError(f"Memo of {self.make.__qualname__}: its object was freed before this call")
-        return self.make(owner, *args)
-
     def __call__(self, *args: Hashable) -> T:
         value = self.get(args, _MISSING)
         if value is _MISSING:  # most calls miss at some levels: no KeyError raised and caught per miss
-            value = self[args] = self._compute(args)
+            owner = self.owner  # the miss path inlined: no extra call per miss
+            value = self[args] = self.make(*args) if owner is None else self.make(owner() or _freed(self), *args)
         return value
 
     def keyed(self, key: Hashable, *args: object) -> T:
         value = self.get(key, _MISSING)
         if value is _MISSING:
-            value = self[key] = self._compute(args)
+            owner = self.owner
+            value = self[key] = self.make(*args) if owner is None else self.make(owner() or _freed(self), *args)
         return value
+
+
+def _freed(memo: Memo) -> None:
+    """A memo called after its owner was freed: say so (else the function would get None as its self)."""
+    raise ReferenceError(f"Memo of {memo.make.__qualname__}: its object was freed before this call")
