@@ -18,10 +18,11 @@ with `--estimate-only`, by that sum from the last full run); the estimate on fre
 `10s` (wall clock: what a user gets, and what a loaded machine takes away), each with its evaluations and CPU
 seconds. Ratio = ILP s/it ÷ hybrid s/it. Writes bench/results/hybrid_uneven.json and .md.
 
-Each timed run starts after `gc.collect()`: a finished run's cost model is a reference cycle (its memos' bound
-methods), so its memory was otherwise freed by a collection inside the next run's budget — after u10's ILP,
-0.45 CPU s, and its `--budget 2s` hybrid got 9 evaluations (the baseline's plan) instead of 37 (the optimum).
-A user's `hetrl plan` runs in a fresh process and does not pay it.
+Each timed run starts after `gc.collect()`. Before 5000a1e a finished run's cost model was a reference cycle
+(its memos' bound methods), so its memory was otherwise freed by a collection inside the next run's budget —
+after u10's ILP, 0.45 CPU s, and its `--budget 2s` hybrid got 9 evaluations (the baseline's plan) instead of 37
+(the optimum); now it is freed when dropped (tests/planner/test_plan_frees_memory.py). A user's `hetrl plan`
+runs in a fresh process and never paid it.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def exact(profile, workload, estimate_only: bool = False) -> dict:
 def hybrid(profile, workload, **budget) -> dict:
     from hetrl_cli.planner.api import make_plan
 
-    gc.collect()  # the last run's cost model (its memos hold a reference cycle) is freed here, not in this budget
+    gc.collect()  # each budget from a clean heap (before 5000a1e the last run's cost model was freed here)
     wall, cpu = time.monotonic(), time.process_time()
     plan = make_plan(profile, workload, solver="hybrid", seed=0, **budget)
     return {
