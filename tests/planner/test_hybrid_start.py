@@ -258,3 +258,20 @@ def test_the_exact_solver_reuses_the_estimates_leaves():
             unprobed = set(solved)
     assert results[0] == results[1], results
     assert probed <= unprobed  # the exact solver solves these leaves in any case
+
+
+@pytest.mark.slow
+def test_the_estimate_with_a_solved_leaf_is_near_the_exact_solvers_cpu():
+    """As above, with the leaves priced from the leaves the estimate solves (the start's plan as cutoff): the
+    estimate against the CPU seconds of the estimate and the exact solver together (the solver reuses the
+    estimate's sampled entries and leaves)."""
+    from hetrl_cli.planner.ilp import estimate_parts, solve_ilp
+    from hetrl_cli.planner.search import Budget
+
+    tables, first = started(cluster("uneven", UNEVEN), grpo_async(), 256)
+    start = time.process_time()
+    guess = estimate_parts(tables, "host", first.stats.objective)
+    result, _space, _note = solve_ilp(tables, Budget(600), granularity="host", incumbent=first.stats.objective)
+    measured = time.process_time() - start
+    assert result.status == "optimal" and guess.largest_s is not None
+    assert measured / 2 <= guess.total_s <= 2 * measured, (guess, measured)
