@@ -275,3 +275,14 @@ def test_the_estimate_with_a_solved_leaf_is_near_the_exact_solvers_cpu():
     measured = time.process_time() - start
     assert result.status == "optimal" and guess.largest_s is not None
     assert measured / 2 <= guess.total_s <= 2 * measured, (guess, measured)
+
+
+def test_no_leaf_is_solved_where_the_tables_alone_overrun_autos_share():
+    """Where the tables' part alone is over what auto may give the ILP (LEAVES_PER_LARGEST × the leaf's time
+    limit), the estimate solves no leaf: auto picks the hybrid either way, and a short budget is not spent on
+    HiGHS (whose time limit is at least 0.5 s)."""
+    import hetrl_cli.planner.ilp as ilp_module
+
+    tables, first = started(cluster("uneven", UNEVEN), grpo_async())
+    parts = ilp_module.estimate_parts(tables, "host", first.stats.objective, limit_s=1e-6)
+    assert parts.tables_s > 0 and parts.largest_s is None and not ilp_module._PROBED.get(tables)

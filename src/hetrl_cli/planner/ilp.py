@@ -757,12 +757,12 @@ def estimate_s(
 
 def estimate_parts(tables: Tables, granularity: Granularity, incumbent_s: float | None = None, limit_s: float = 60.0):
     """`estimate_s` by its parts (`estimate.Estimate`)."""
-    from hetrl_cli.planner.estimate import estimate, leaves_from_largest
+    from hetrl_cli.planner.estimate import LEAVES_PER_LARGEST, estimate, leaves_from_largest
 
     parts = estimate(tables, granularity)
-    if incumbent_s is None:
+    if incumbent_s is None or parts.tables_s >= LEAVES_PER_LARGEST * limit_s:  # the tables alone overrun auto's share
         return parts
-    finest = max(groupings(tables.tasks), key=len)  # every task apart: the hardest leaf on 6 of the suite's 9
+    finest = max(groupings(tables.tasks), key=len)  # every task apart: the slowest leaf of u10, u14, u18
     probes = [probe_leaf(tables, granularity, g, incumbent_s, limit_s) for g in dict.fromkeys([finest, parts.largest])]
     return leaves_from_largest(parts, max(p.seconds for p in probes))
 
