@@ -94,8 +94,9 @@ def test_constants_py_holds_the_fit(published, tmp_path):
 
 
 def test_check_set_error_with_the_applied_constants(published, today):
-    """What the applied constants reach on figures the fit never saw (docs/benchmarks.md): median |ln| 0.075 over
-    10 since the large-batch vLLM figures, the KV-after-GEMM decode step and their refit (0.114 over the 8 before;
+    """What the applied constants reach on figures the fit never saw (docs/benchmarks.md): median |ln| 0.064 over
+    10 since the large-batch vLLM figures, the KV-after-GEMM decode step, the batch's decline with each sequence's
+    own KV context and their refits (0.075 with the first of these) (0.114 over the 8 before;
     0.121 before NeMo-RL's own per-step work was priced, `framework_s`; target 0.10), max 0.463 (target 0.25;
     the concurrency-16 TPOT behind a 1.4k tok/s serving ceiling). Before
     issue 24's refit the median was 0.242 and the max 0.479; 0.107 / 0.445 with the refit while the cost model
