@@ -19,22 +19,7 @@ from hetrl_cli.planner.api import make_plan
 from hetrl_cli.profiling.catalog import profile_from_cluster
 
 # bench/uneven_suite.py's u12 (seed 0): 6 device classes, so the hybrid runs the screen too
-U12 = {
-    "name": "u12",
-    "node_groups": [
-        {"gpu": "H200", "gpus_per_node": 8, "nodes": 1, "region": "r4", "name_prefix": "g0-h200"},
-        {"gpu": "H200", "gpus_per_node": 3, "nodes": 1, "region": "r2", "name_prefix": "g1-h200"},
-        {"gpu": "L4", "gpus_per_node": 8, "nodes": 2, "region": "r4", "name_prefix": "g2-l4"},
-        {"gpu": "V100", "gpus_per_node": 6, "nodes": 2, "region": "r0", "name_prefix": "g3-v100"},
-        {"gpu": "V100", "gpus_per_node": 8, "nodes": 1, "region": "r4", "name_prefix": "g4-v100"},
-        {"gpu": "A10G", "gpus_per_node": 1, "nodes": 1, "region": "r1", "name_prefix": "g5-a10g"},
-    ],
-    "network": {
-        "intra_region": {"bandwidth": "100Gbps", "latency": "0.1ms"},
-        "inter_region": {"default": {"bandwidth": "0.5Gbps", "latency": "20ms"}},
-    },
-}
-U12_WORKLOAD = {"algorithm": "grpo", "mode": "sync", "actor": {"arch": "qwen3-1.7b"}, "reward": {"arch": "qwen3-8b"}}
+from .test_hybrid_uneven import U12, U12_WORKLOAD
 
 
 def planner_garbage_after(run) -> collections.Counter:
