@@ -91,11 +91,12 @@ def test_pipeline_stages_hold_1f1b_in_flight_activations() -> None:
 
 def test_hf_engine_bytes_by_hand() -> None:
     """Qwen3-0.6B (tied), bf16, 16 x (4 + 512) tokens: weights + KV of every layer (+ one) + a step's logits +
-    four noise windows."""
+    two noise windows (the sampler draws into one buffer in place, 2233e9e: a bf16 head output and 2 fp32 copies
+    a step, was 3; 2 windows, was 4)."""
     a = BUILTIN["qwen3-0.6b"]
     kv = 16 * 516 * (a.num_layers + 1) * 2 * a.num_kv_heads * a.head_dim * 2
-    logits = 16 * a.vocab_size * (2 + 12)
-    noise = 4 * C.HF_NOISE_BYTES
+    logits = 16 * a.vocab_size * (2 + 8)
+    noise = 2 * C.HF_NOISE_BYTES
     assert hf_engine_bytes(a, "bf16", 16, 4, 512) == pytest.approx(a.param_count() * 2 + kv + logits + noise)
 
 

@@ -117,12 +117,14 @@ block fragmentation)."""
 HF_NOISE_BYTES = 32 * 2**20
 """The hf engine's sampling noise drawn at once per batch (engines/hf.NOISE_BYTES; tests/costmodel pins them
 equal): a window of tokens, one token's worth for a 150k vocabulary and 64 rows, not the whole response."""
-HF_NOISE_LIVE_COPIES = 4
-"""Windows of noise alive while one is drawn: the uniform draw and two steps of its clamp and -log(-log) chain
-(each op makes a new tensor), and the previous window, freed only when the new one is assigned."""
-HF_STEP_LOGITS_FP32_COPIES = 3
-"""fp32 [batch, vocab] tensors of one decoding step: transformers' fp32 copy of the last position's logits, the
-sampler's clone and its noisy scores (engines/hf._SeededGumbel), next to the head's output in the workload's dtype."""
+HF_NOISE_LIVE_COPIES = 2
+"""Windows of noise alive at once: engines/hf._SeededGumbel draws each window into one host buffer and transforms
+it in place (since 2233e9e; before, the uniform draw and each op of its clamp and -log(-log) chain made a new
+tensor: 4), so one, and two while a smaller last window's buffer replaces the previous one."""
+HF_STEP_LOGITS_FP32_COPIES = 2
+"""fp32 [batch, vocab] tensors of one decoding step: the decode loop's fp32 copy of the last position's logits
+(engines/hfdecode.py) and the sampler's clone, which it scales and adds its noise to in place (since 2233e9e; 3
+before), next to the head's output in the workload's dtype."""
 HF_DECODE_STEP_FIXED_S = 0.4e-3
 """Host time of one hf-engine decode step besides its layers (the sampler, the cache and the stop check of the
 engine's own decode loop, runtime/engines/hfdecode.py), in place of DECODE_STEP_OVERHEAD_S when the cost model

@@ -392,7 +392,7 @@ def hf_engine_bytes(arch: ArchSpec, precision: str, sequences: int, prompt_token
     `prompt_tokens` on one TP rank: its weights in the workload's precision, the KV cache of every sequence at its
     full length (transformers' DynamicCache grows by concatenation, so one layer's cache is briefly held twice),
     one decoding step's logits (the head's output + HF_STEP_LOGITS_FP32_COPIES fp32 copies) and the sampling
-    noise's windows (HF_NOISE_LIVE_COPIES 4 × at most HF_NOISE_BYTES, or the whole response when that is less).
+    noise's windows (HF_NOISE_LIVE_COPIES 2 × at most HF_NOISE_BYTES, or the whole response when that is less).
     A TP rank holds ceil(V / tp) rows of the embedding and head (runtime/parallel.py's vocabulary-parallel
     slices) and the final norm whole; each step's logits are all-gathered whole (charged whole). Unlike vLLM,
     which claims GEN_MEMORY_UTILIZATION of the device, the hf engine allocates what it uses:
