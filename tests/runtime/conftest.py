@@ -52,3 +52,18 @@ def one_rank_world() -> Iterator[Any]:
         yield dist.group.WORLD
     finally:
         dist.destroy_process_group()
+
+
+def count_gathers(monkeypatch: pytest.MonkeyPatch, size: int) -> list[int]:
+    """zero3's all-gather replaced in a one-rank world: each call records its bytes and fills the output with
+    `size` copies of this rank's chunk (standing in for the other ranks'). Returns the list it appends to."""
+    from hetrl_cli.runtime import zero3
+
+    moved: list[int] = []
+
+    def gather(out: Any, chunk: Any, group: Any) -> None:
+        moved.append(out.numel() * out.element_size())
+        out.copy_(chunk.repeat(size))
+
+    monkeypatch.setattr(zero3, "_all_gather", gather)
+    return moved

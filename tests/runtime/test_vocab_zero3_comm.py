@@ -26,12 +26,12 @@ from hetrl_cli.costmodel.comm import LinkInfo, allreduce_s
 from hetrl_cli.costmodel.forward import vocab_tp_s
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.costmodel.training import Zero3Passes, zero3_step_bytes
-from hetrl_cli.runtime import zero3
 from hetrl_cli.runtime.logprobs import chunk_tokens, response_logprobs
 from hetrl_cli.runtime.parallel import VocabParallelEmbedding, VocabParallelHead, vocab_range
 from hetrl_cli.runtime.roles import Critic
 from hetrl_cli.runtime.sharding import Zero
 
+from .conftest import count_gathers
 from .test_distributed import _batch
 from .test_loading import _save
 
@@ -93,13 +93,8 @@ def _two_gpus():
 def test_zero3_critic_inference_gathers_equal_the_cost_models(tmp_path: Path, monkeypatch, one_rank_world) -> None:
     model_dir = _save(tmp_path / "m", "qwen3", False, vocab_size=400)
     size = 2
-    moved: list[int] = []
+    moved = count_gathers(monkeypatch, size)
 
-    def gather(out: torch.Tensor, chunk: torch.Tensor, group) -> None:
-        moved.append(out.numel() * out.element_size())
-        out.copy_(chunk.repeat(size))  # the other rank's chunk stood in for by ours
-
-    monkeypatch.setattr(zero3, "_all_gather", gather)
     rollouts, _ = _batch()
     micro_batch = 3
     critic = Critic(model_dir, RLSpec(), "adamw", 1, 1, micro_batch, 0, precision="bf16",

@@ -23,6 +23,7 @@ from hetrl_cli.runtime import zero3
 from hetrl_cli.runtime.roles import Actor, pad_rows
 from hetrl_cli.runtime.sharding import Zero
 
+from .conftest import count_gathers
 from .test_distributed import _batch
 from .test_loading import _save
 
@@ -30,17 +31,12 @@ from .test_loading import _save
 def test_zero3_bytes_per_update_equal_the_cost_models(tmp_path: Path, monkeypatch, one_rank_world) -> None:
     model_dir = _save(tmp_path / "m", "qwen3", False, vocab_size=400)
     size = 2
-    moved: list[int] = []
-
-    def gather(out: torch.Tensor, chunk: torch.Tensor, group) -> None:
-        moved.append(out.numel() * out.element_size())
-        out.copy_(chunk.repeat(size))  # the other rank's chunk stood in for by ours
+    moved = count_gathers(monkeypatch, size)
 
     def scatter(out: torch.Tensor, flat: torch.Tensor, group) -> None:
         moved.append(flat.numel() * flat.element_size())
         out.copy_(flat[: out.numel()])
 
-    monkeypatch.setattr(zero3, "_all_gather", gather)
     monkeypatch.setattr(zero3, "_reduce_scatter", scatter)
     rollouts, adv = _batch()
     micro_batch = 3
