@@ -6,17 +6,19 @@ and proves optimality.
     .venv/bin/python bench/hybrid_uneven.py --only u12 u14 --ladder 64 128
     .venv/bin/python bench/hybrid_uneven.py --reuse                 # ILP optima from the last run's JSON
     .venv/bin/python bench/hybrid_uneven.py --reuse --estimate-only # auto's estimate only, the rest reused
+    .venv/bin/python bench/hybrid_uneven.py --seed 1 --count 30 --ilp-budget 60 \
+        --out bench/results/hybrid_uneven_seed1.json                # held-out settings (another seed)
 
-Per setting: `make_plan(solver="ilp", budget_s=120, seed=0)` with the wall and process-CPU seconds of the exact
-solver inside it (`lazy.solve_exact`: tables + MILPs, as `uneven_suite.py --ilp` times it); auto's estimate
-(`planner/estimate.py`, in CPU seconds) made where auto makes it: after the hybrid's start, on the tables it
-filled, just before the exact solver (`est/CPU` divides it by the exact solver's CPU seconds plus the estimate's
-own: its sampled entries and the largest leaf it solves are then cached and the solver does not redo them;
-with `--estimate-only`, by that sum from the last full run); the estimate on fresh tables
-(`cold_estimate_s`, what auto saw before it ran the start first); the load average; the hybrid (seed 0) at each
-`--max-evals` of the ladder (deterministic: independent of the machine and its load) and at `--budget 2s` and
-`10s` (wall clock: what a user gets, and what a loaded machine takes away), each with its evaluations and CPU
-seconds. Ratio = ILP s/it ÷ hybrid s/it. Writes bench/results/hybrid_uneven.json and .md.
+Per setting: `make_plan(solver="ilp", budget_s=120, seed=0)` (`--ilp-budget`) with the wall and process-CPU
+seconds of the exact solver inside it (`lazy.solve_exact`: tables + MILPs, as `uneven_suite.py --ilp` times
+it); auto's estimate (`planner/estimate.py`, in CPU seconds) made where auto makes it: after the hybrid's
+start, on the tables it filled, just before the exact solver (`est/CPU` divides it by the exact solver's CPU
+seconds plus the estimate's own: its sampled entries and the largest leaf it solves are then cached and the
+solver does not redo them; with `--estimate-only`, by that sum from the last full run); the estimate on fresh
+tables (`cold_estimate_s`, what auto saw before it ran the start first); the load average; the hybrid (seed 0)
+at each `--max-evals` of the ladder (deterministic: independent of the machine and its load) and at `--budget
+2s` and `10s` (wall clock: what a user gets, and what a loaded machine takes away), each with its evaluations
+and CPU seconds. Ratio = ILP s/it ÷ hybrid s/it. Writes bench/results/hybrid_uneven.json and .md.
 
 Each timed run starts after `gc.collect()`. Before 5000a1e a finished run's cost model was a reference cycle
 (its memos' bound methods), so its memory was otherwise freed by a collection inside the next run's budget —
@@ -47,7 +49,7 @@ class _EstimateMade(Exception):
     """`--estimate-only`: stop where the exact solver would start."""
 
 
-def exact(profile, workload, estimate_only: bool = False) -> dict:
+def exact(profile, workload, estimate_only: bool = False, ilp_budget_s: float = 120.0) -> dict:
     """The ILP's plan and the seconds (wall, CPU) of the exact solver inside `make_plan`; auto's estimate made
     where auto makes it (after the hybrid's start, on the tables it filled, its largest leaf cut off at the
     start's plan), just before the exact solver, and the CPU seconds it took (its sampled entries and solved
@@ -79,7 +81,7 @@ def exact(profile, workload, estimate_only: bool = False) -> dict:
     lazy_module.solve_exact = timed
     gc.collect()
     try:
-        plan = make_plan(profile, workload, solver="ilp", budget_s=120, seed=0)
+        plan = make_plan(profile, workload, solver="ilp", budget_s=ilp_budget_s, seed=0)
     except _EstimateMade:
         return took
     finally:
@@ -102,7 +104,12 @@ def hybrid(profile, workload, **budget) -> dict:
 
 
 def run_setting(
-    cluster: dict, workload_data: dict, ladder: list[int], old: dict | None, estimate_only: bool = False
+    cluster: dict,
+    workload_data: dict,
+    ladder: list[int],
+    old: dict | None,
+    estimate_only: bool = False,
+    ilp_budget_s: float = 120.0,
 ) -> dict | None:
     """One setting's row, None where the full ILP does not run (too many pools, or a task fits nowhere);
     `estimate_only`: auto's estimate afresh, the rest from `old` (the last run's row)."""
@@ -133,7 +140,7 @@ def run_setting(
         measured = old["ilp"].get("solver_and_estimate_cpu_s", old["ilp"]["cpu_s"] + old["ilp"]["estimate_cpu_s"])
         row["ilp"] = {**old["ilp"], **exact(profile, workload, True), "solver_and_estimate_cpu_s": measured}
     else:
-        row["ilp"] = old["ilp"] if old else exact(profile, workload)
+        row["ilp"] = old["ilp"] if old else exact(profile, workload, ilp_budget_s=ilp_budget_s)
     i = row["ilp"]
     row["estimate_s"] = i.get("estimate_s", row["cold_estimate_s"])
     row["est_ratio"] = row["estimate_s"] / i["solver_and_estimate_cpu_s"] if i.get("cpu_s") else None
@@ -178,20 +185,23 @@ def main() -> None:
     parser.add_argument("--ladder", type=int, nargs="*", default=[32, 64, 128, 256, 1024])
     parser.add_argument("--reuse", action="store_true", help="take the ILP's optima from the last run's JSON")
     parser.add_argument("--estimate-only", action="store_true", help="with --reuse: only auto's estimate afresh")
+    parser.add_argument("--seed", type=int, default=0, help="the suite's seed (uneven_suite.settings)")
+    parser.add_argument("--count", type=int, default=40, help="the suite's settings (uneven_suite.settings)")
+    parser.add_argument("--ilp-budget", type=float, default=120.0, help="the exact solver's --budget, seconds")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     out = Path(args.out)
     old = {r["name"]: r for r in json.loads(out.read_text())["rows"]} if args.reuse and out.exists() else {}
     rows = []
-    for name, cluster, workload in settings():
+    for name, cluster, workload in settings(args.count, args.seed):
         if args.only and name not in args.only:
             continue
-        row = run_setting(cluster, workload, args.ladder, old.get(name), args.estimate_only)
+        row = run_setting(cluster, workload, args.ladder, old.get(name), args.estimate_only, args.ilp_budget)
         if row is None:
             continue
         rows.append({"name": name, **row})
         brief = {k: round(h["ratio"], 3) for k, h in row["hybrid"].items()}
-        print(f"{name}: ilp {row['ilp']['iteration_s']:.2f} est {row['estimate_s']:.1f} cpu "
+        print(f"{name} (load {row['load']:.1f}): ilp {row['ilp']['iteration_s']:.2f} est {row['estimate_s']:.1f} cpu "
               f"{row['ilp'].get('cpu_s')} {brief}", flush=True)  # fmt: skip
         out.write_text(json.dumps({"summary": summary(rows), "rows": rows}, indent=2) + "\n")
         out.with_suffix(".md").write_text(markdown(rows))

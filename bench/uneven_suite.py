@@ -219,7 +219,7 @@ def main_ilp(args) -> None:
               f"{i.get('bound')} est {row.get('estimate_s')} measured {row.get('measured_s')} hybrid "
               f"{row.get('hybrid2')} {row.get('hybrid10')}", flush=True)  # fmt: skip
         summary = ilp_summary(rows)  # written after every setting: a cut-short run keeps what it measured
-        out = Path(args.out).with_name("uneven_ilp.json")
+        out = Path(args.out).with_name(Path(args.out).name.replace("uneven_suite", "uneven_ilp"))
         out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=2) + "\n")
         out.with_suffix(".md").write_text(ilp_markdown(rows))
     print(json.dumps(ilp_summary(rows)))
