@@ -55,9 +55,22 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
     "llama-2-70b": {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
                     "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 32000,
                     "model_type": "llama"},
+    # mistralai/Mistral-7B-Instruct-v0.3 config.json: GQA with 8 KV heads, 32,768 vocabulary, untied head
+    "mistral-7b-v0.3": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32768,
+                        "model_type": "mistral"},
+    # Qwen/Qwen2.5-Math-7B (DeepSeek-R1-Distill-Qwen-7B's base) config.json: 4 KV heads, untied head, qkv bias
+    "qwen2.5-7b": {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+                   "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+                   "model_type": "qwen2"},
+    # Qwen/Qwen2.5-3B-Instruct config.json: 2 KV heads, tied embeddings, qkv bias
+    "qwen2.5-3b": {"hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+                   "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,
+                   "tie_word_embeddings": True, "model_type": "qwen2"},
 }  # fmt: skip
 
-GPU_GENERATION = {"A100 80GB": "ampere", "A100 40GB": "ampere", "A10G": "ampere", "H100 SXM": "hopper"}
+GPU_GENERATION = {"A100 80GB": "ampere", "A100 40GB": "ampere", "A10G": "ampere", "H100 SXM": "hopper",
+                  "RTX 4090": "ada"}  # fmt: skip
 """Which matmul-efficiency factor of the fit a GPU type takes."""
 
 
@@ -363,7 +376,7 @@ def predict(fig: Figure, config_dir: Path, calibration: dict | None = None) -> P
     viol = [violation] if violation else []
     if s.kind == "serve":  # tokens_per_s counts prompt and output tokens, output_tokens_per_s the output only
         per_seq = model.step.resp_mean if fig.quantity == "output_tokens_per_s" else model.step.seq_mean
-        tokens = model.step.n_samples * per_seq
+        tokens = model.step.n_samples * (1.0 if fig.quantity == "requests_per_s" else per_seq)
         return Prediction(fig.key, tokens / total, fig.published, terms, viol)
     if fig.quantity == "throughput_gain":  # tokens/s of `concurrency` sequences in lockstep over one sequence's
         one = workload(s, config_dir).model_copy(update={"prompts_per_step": 1})

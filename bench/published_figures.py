@@ -73,7 +73,7 @@ class Figure:
     """URL or repository path, the table or figure, and the date of the publication."""
     quantity: str
     """step_s | tokens_per_s_per_gpu | tpot_s | decode_tokens_per_s | tokens_per_s | output_tokens_per_s |
-    throughput_gain"""
+    throughput_gain | requests_per_s"""
     published: float
     setting: Setting
     term: str
@@ -118,6 +118,22 @@ GRAND_TETON_H100 = (("peak_tflops", 912.0), ("memory_gbps", 2400.0), ("memory_gi
 _YOBITEL_NOTE = (
     "the 'chatbot-short' workload's lengths are not on the page: 256-token prompts and 256-token responses "
     "assumed (TPOT barely depends on them at this scale); fp16 as published"
+)
+
+RAHMAN_4090 = (
+    "https://mushfiqrahman.dev/benchmarking-mistral-7b-on-rtx-4090-vllm-concurrency-latency-and-capacity-planning/"
+)
+_RAHMAN_NOTE = (
+    "mistralai/Mistral-7B-Instruct-v0.3 in vLLM's OpenAI server, vLLM version not on the page; bf16 (the model's "
+    "dtype, vLLM's default); fixed 256-token prompts and 128-token responses assumed (the workload as the page "
+    "names it); the steady state of `max concurrency` requests is priced as waves of that many sequences in "
+    "lockstep, each wave's prefill included (300 prompts: 75, 38 and 19 waves)"
+)
+DBM_4090 = "https://www.databasemart.com/blog/vllm-gpu-benchmark-rtx4090"
+_DBM_NOTE = (
+    "vLLM offline test, all 300 requests sent at once; version and max_model_len not on the page; 16-bit weights "
+    "(bf16, the models' dtype); every response assumed to run to the 600-token output length (reasoning models "
+    "rarely stop sooner); GPU vRAM rate 91 % on the page, priced at hetrl's 0.90 memory utilisation"
 )
 
 FIGURES: tuple[Figure, ...] = (
@@ -310,6 +326,66 @@ FIGURES: tuple[Figure, ...] = (
                 assumptions=_SHAREGPT_NOTE + "; bf16, NVLink inside the node; priced at hetrl's 0.90 memory "
                 "utilisation (the KV room of 70B at TP4 holds 256 sequences either way)"),
         "generation", "check", "added 2026-12-05 before pricing it: the same TP4 setting from the other source",
+    ),
+    # Other GPU generations (added 2026-12-05, roles decided before any of them was priced): every figure above
+    # is on Ampere or Hopper; these are on an Ada GPU (RTX 4090, compute capability 8.9, GDDR6X).
+    Figure(
+        "rahman/mistral-7b/rtx4090/c4", "M. Rahman (blog)",
+        f"{RAHMAN_4090} — 'Part 1 — Full Concurrency Sweep', workload 256 input → 128 output tokens, 300 prompts "
+        "at effectively infinite request rate, row max concurrency 4: output tok/s 210 (req/s 2.09; the post "
+        "shows no date: read 2026-12-05)",
+        "output_tokens_per_s", 210.0,
+        Setting("mistral-7b-v0.3", "RTX 4090", 1, 1, "serve", prompts=4, prompt_tokens=256, response_tokens=128,
+                inter_node="100Gbps", assumptions=_RAHMAN_NOTE),
+        "generation", "fit", "the Ada decode anchor: 4 sequences a step stream the weights from GDDR6X (memory "
+        "bound), so it sets what of the datasheet bandwidth an Ada GPU reaches",
+    ),
+    Figure(
+        "rahman/mistral-7b/rtx4090/c8", "M. Rahman (blog)",
+        f"{RAHMAN_4090} — same table, row max concurrency 8: output tok/s 377 (req/s 3.78; read 2026-12-05)",
+        "output_tokens_per_s", 377.0,
+        Setting("mistral-7b-v0.3", "RTX 4090", 1, 1, "serve", prompts=8, prompt_tokens=256, response_tokens=128,
+                inter_node="100Gbps", assumptions=_RAHMAN_NOTE),
+        "generation", "check", "a batch of 8 on the same engine",
+    ),
+    Figure(
+        "rahman/mistral-7b/rtx4090/c16", "M. Rahman (blog)",
+        f"{RAHMAN_4090} — same table, row max concurrency 16: output tok/s 644 (req/s 6.44; read 2026-12-05)",
+        "output_tokens_per_s", 644.0,
+        Setting("mistral-7b-v0.3", "RTX 4090", 1, 1, "serve", prompts=16, prompt_tokens=256, response_tokens=128,
+                inter_node="100Gbps", assumptions=_RAHMAN_NOTE),
+        "generation", "check", "a batch of 16: prefill of the next wave weighs more",
+    ),
+    Figure(
+        "databasemart/r1-distill-llama-8b/rtx4090/offline", "Database Mart (GPU benchmark blog)",
+        f"{DBM_4090} — 'RTX4090 Offline Benchmark Results Display', column DeepSeek-R1-Distill-Llama-8B: "
+        "Request (req/s) 3.96 (300 requests, input 100 / output 600 tokens, vLLM, 16-bit; read 2026-12-05, the "
+        "page shows no date)",
+        "requests_per_s", 3.96,
+        Setting("llama-3.1-8b", "RTX 4090", 1, 1, "serve", prompts=300, prompt_tokens=100, response_tokens=600,
+                inter_node="100Gbps", assumptions=_DBM_NOTE + "; DeepSeek-R1-Distill-Llama-8B is Llama 3.1 8B's "
+                "architecture"),
+        "generation", "fit", "the Ada large-batch anchor: an offline batch of 300 (as many at once as the KV "
+        "room holds), whose decode steps are compute bound, so it sets the Ada matmul fraction; the 8B model "
+        "of the Ampere/Hopper fit figures",
+    ),
+    Figure(
+        "databasemart/r1-distill-qwen-7b/rtx4090/offline", "Database Mart (GPU benchmark blog)",
+        f"{DBM_4090} — same table, column DeepSeek-R1-Distill-Qwen-7B: Request (req/s) 5.96 (read 2026-12-05)",
+        "requests_per_s", 5.96,
+        Setting("qwen2.5-7b", "RTX 4090", 1, 1, "serve", prompts=300, prompt_tokens=100, response_tokens=600,
+                inter_node="100Gbps", assumptions=_DBM_NOTE + "; DeepSeek-R1-Distill-Qwen-7B is Qwen2.5-Math-7B's "
+                "architecture (HF_CONFIGS qwen2.5-7b: 4 KV heads, so more sequences fit the KV room)"),
+        "generation", "check", "another architecture (Qwen2, GQA 7:1) on the same engine and GPU",
+    ),
+    Figure(
+        "databasemart/qwen2.5-3b/rtx4090/offline", "Database Mart (GPU benchmark blog)",
+        f"{DBM_4090} — same table, column Qwen2.5-3B-Instruct: Request (req/s) 10.31 (read 2026-12-05)",
+        "requests_per_s", 10.31,
+        Setting("qwen2.5-3b", "RTX 4090", 1, 1, "serve", prompts=300, prompt_tokens=100, response_tokens=600,
+                inter_node="100Gbps", assumptions=_DBM_NOTE + "; an instruct model may stop before 600 tokens: "
+                "if it does, the published rate overstates the work priced"),
+        "generation", "check", "a smaller model (3B, tied embeddings) in the same batch",
     ),
 )  # fmt: skip
 
