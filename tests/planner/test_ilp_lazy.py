@@ -352,3 +352,23 @@ def test_the_training_floor_counts_gradient_accumulation():
     one, eight = floors(1), floors(8)
     assert one["actor_train"].ratios[1].work > eight["actor_train"].ratios[1].work * 1.01
     assert one["reference"].ratios[1].work == pytest.approx(eight["reference"].ratios[1].work)
+
+
+@pytest.mark.parametrize(("resp_mean", "resp_tail"), [(512.0, 1024.0), (300.0, 1500.0), (256.0, 256.0)])
+@pytest.mark.parametrize(("n_seq", "batch"), [(1024.0, 256.0), (40.0, 64.0), (0.5, 1.0)])
+def test_the_generation_floor_reads_kv_at_each_sequences_own_context(resp_mean, resp_tail, n_seq, batch):
+    """The floor's KV tokens past the prompt (n·Rm·_own_context) are the cost model's, summed over its decode
+    segments at their contexts (generation.py): never above them (a valid floor), and above n·Rm·Rm/2 (the
+    floor before) wherever lengths vary."""
+    from hetrl_cli.costmodel.generation import decode_segments, drain_contexts, drain_profile
+    from hetrl_cli.planner.bound import _own_context
+
+    segments = decode_segments(n_seq, batch, resp_mean, resp_tail, drain_profile(resp_mean, resp_tail))
+    contexts = drain_contexts(resp_mean, resp_tail)
+    contexts = contexts[len(contexts) - len(segments) :]
+    model = sum(steps * live * ctx for (steps, live), ctx in zip(segments, contexts, strict=True))
+    floor = n_seq * resp_mean * _own_context(resp_mean, resp_tail)
+    assert floor <= model * (1 + 1e-9)
+    assert floor == pytest.approx(model, rel=1e-6)
+    if resp_tail > resp_mean:
+        assert floor > n_seq * resp_mean * resp_mean / 2 * 1.05

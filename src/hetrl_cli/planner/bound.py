@@ -17,7 +17,8 @@ Why each floor is ≤ the cost model's time of the task, on any device set of th
   u·x_d + v·y_d ≤ max(u·f_d, v·m_d)·(x_d/f_d + y_d/m_d) ≤ max(u·f_d, v·m_d)·T; summed over the devices,
   T ≥ (u·X + v·Y) / Σ_d max(u·f_d, v·m_d) — the denominator is linear in the device counts. Generation
   (`costmodel/generation.py`): each decode step takes ≥ the step's FLOPs / FLOP/s and ≥ its HBM bytes /
-  bytes/s (weights once per step, at most MAX_NUM_SEQS sequences per step, each reading its KV cache), and
+  bytes/s (weights once per step, at most MAX_NUM_SEQS sequences per step, each reading its KV cache at its
+  own context: n·(prompt·E[L] + E[L²]/2) KV tokens over the decode, `_own_context`), and
   the prefill's FLOPs add to it; the same argument gives T ≥ X/ΣF and T ≥ Y/ΣM. A training micro-batch also
   adds its gradient into every weight's (GRAD_ACCUMULATION_PASSES): ≥ N / micro_batch micro-batches over the
   replicas, each over the matmul weights, join Y.
@@ -186,6 +187,18 @@ def _spread_floor(tables, consts, arch, grads: float) -> float:
     return min(hops, allreduce)
 
 
+def _own_context(resp_mean: float, resp_tail: float) -> float:
+    """Generated tokens of context a decode's KV reads cover per generated token, over all its steps: a sequence
+    of length L reads prompt + 0 .. L − 1, so n·(prompt·E[L] + E[L²]/2) KV tokens in all, E[L²]/(2·E[L]) past
+    the prompt (`costmodel/generation.py` drain_contexts: the full batch's context, and its drain segments add
+    up to the same), ≥ E[L]/2 by Jensen. Where the tail is below the mean (no such length profile), E[L]/2."""
+    from hetrl_cli.costmodel.generation import drain_contexts
+
+    if resp_mean <= 0 or resp_tail < resp_mean:
+        return resp_mean / 2
+    return max(resp_mean / 2, drain_contexts(resp_mean, resp_tail)[0])
+
+
 def _generation_floor(tables, const: float) -> TaskFloor:
     """Generation's floor (module docstring): FLOPs, decode reads at each class's sequence cap, the tail of
     weight reads per class, and their sum with the prefill and the steps past the mean response."""
@@ -203,6 +216,7 @@ def _generation_floor(tables, const: float) -> TaskFloor:
     prefill = n * step.prompt_tokens * arch.forward_flops_per_token(step.prompt_tokens / 2, "lm")
     weights = step.stage_params(arch, "lm", (arch.num_layers,), 0) * weight_bytes_per_param(w)
     kv = arch.kv_bytes_per_token(w.precision)
+    kv_ctx = step.prompt_tokens + _own_context(step.resp_mean, step.resp_tail)
     shape = tables.shapes["generation"]
     # TP divides every host's chunk (whole sub-hosts or halving parts: at most the sub-host's power of
     # two); on hosts with other kinds too, at most the host's GPUs
@@ -214,7 +228,7 @@ def _generation_floor(tables, const: float) -> TaskFloor:
     for k, (b, mem) in enumerate(zip(m, memory, strict=True)):
         # the KV cache holds at most this many sequences on a TP group of class k (no mates, no work space)
         cap = min(C.MAX_NUM_SEQS, (tp_max[k] * mem * C.GEN_MEMORY_UTILIZATION - weights) / (kv * footprint))
-        rates.append(0.0 if cap < 1 else b * C.HBM_EFFICIENCY / (step.resp_mean * (weights / cap + ctx * kv)))
+        rates.append(0.0 if cap < 1 else b * C.HBM_EFFICIENCY / (step.resp_mean * (weights / cap + kv_ctx * kv)))
     ratios = (Ratio(decode + prefill / C.PREFILL_MFU, tuple(f)), Ratio(n, tuple(rates)))
     tails = tuple(step.resp_tail * weights / (t * b * C.HBM_EFFICIENCY) for t, b in zip(tp_max, m, strict=True))
     const += step.resp_tail * C.DECODE_STEP_OVERHEAD_S * cm.overhead_factor.get("generation", 1.0)
