@@ -47,6 +47,10 @@ from hetrl_cli.runtime.layout import Position, TaskLayout
 Slice = tuple[int, int, int]
 """(dim, start, stop) of a parameter's TP shard in its full tensor."""
 
+SHARED_KV_BUCKET_BYTES = 16 << 20
+"""Replicated KV heads' gradients are summed over TP in full-shape buckets of at most this many bytes (one
+parameter when a parameter is larger), read when the sum runs."""
+
 
 @dataclass
 class Parallel:
@@ -475,25 +479,32 @@ class Shard:
             offset += p.numel()
 
     def _sum_shared_kv(self) -> None:
+        """Replicated KV heads (TP > KV heads): the ranks that share a head each hold its gradient from their own
+        query heads, and the one-process gradient is their sum. Each rank writes its slices into a zeroed
+        full-shape buffer laid out as one flat run of the k/v parameters, all-reduces it over TP and takes its
+        slices back, one bucket of at most `SHARED_KV_BUCKET_BYTES` (or one parameter) at a time in one reused
+        buffer: the temporary is one bucket, not every layer's full K/V twice (Qwen2.5-7B at TP 8: 2 x 205 MB)."""
         pos = self.par.pos
         shared = [(n, p) for n, p in self.held if ".k_proj." in n or ".v_proj." in n]
         if not shared:
             return
-        bufs = []
-        for n, p in shared:
-            full = torch.zeros(self.full_shapes[n], dtype=p.grad.dtype, device=p.grad.device)
-            dim, lo, hi = self.slices[pos.tp_rank][n]
-            full.narrow(dim, lo, hi - lo).copy_(p.grad)
-            bufs.append(full.reshape(-1))
-        flat = torch.cat(bufs)
-        dist.all_reduce(flat, group=self.par.tp_group)
-        offset = 0
-        for n, p in shared:
-            numel = _numel(self.full_shapes[n])
-            dim, lo, hi = self.slices[pos.tp_rank][n]
-            full = flat[offset : offset + numel].view(self.full_shapes[n])
-            p.grad.copy_(full.narrow(dim, lo, hi - lo))
-            offset += numel
+        runs = _buckets([_numel(self.full_shapes[n]) for n, _ in shared],
+                        SHARED_KV_BUCKET_BYTES // shared[0][1].grad.element_size())  # fmt: skip
+        grad = shared[0][1].grad
+        buffer = torch.empty(max(sum(run) for run in runs), dtype=grad.dtype, device=grad.device)
+        start = 0
+        for run in runs:
+            flat = buffer[: sum(run)].zero_()
+            views, offset = [], 0
+            for (n, p), numel in zip(shared[start : start + len(run)], run, strict=True):
+                dim, lo, hi = self.slices[pos.tp_rank][n]
+                view = flat[offset : offset + numel].view(self.full_shapes[n]).narrow(dim, lo, hi - lo)
+                views.append((p, view.copy_(p.grad)))
+                offset += numel
+            dist.all_reduce(flat, group=self.par.tp_group)
+            for p, view in views:
+                p.grad.copy_(view)
+            start += len(run)
 
     def clip_grad_norm(self, max_norm: float) -> float:
         """torch's clip_grad_norm_ over the whole replica: the norm of the full model's gradient."""
@@ -615,6 +626,16 @@ def _stage_names(model: nn.Module, canon: dict[int, str], lo: int, hi: int, stag
     if stage == stages - 1:
         modules.extend(m for m in (inner.norm, head) if m is not None)
     return {canon[id(p)] for m in modules for p in m.parameters()}
+
+
+def _buckets(sizes: list[int], limit: int) -> list[list[int]]:
+    """`sizes` cut into consecutive runs whose sum is at most `limit` (a larger size alone in its run)."""
+    runs: list[list[int]] = [[]]
+    for size in sizes:
+        if runs[-1] and sum(runs[-1]) + size > limit:
+            runs.append([])
+        runs[-1].append(size)
+    return runs
 
 
 def _numel(shape: tuple[int, ...]) -> int:
