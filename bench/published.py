@@ -71,7 +71,8 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
 
 GPU_GENERATION = {"A100 80GB": "ampere", "A100 40GB": "ampere", "A10G": "ampere", "H100 SXM": "hopper",
                   "RTX 4090": "ada"}  # fmt: skip
-"""Which matmul-efficiency factor of the fit a GPU type takes."""
+"""Which generation's datasheet fractions a figure's GPU type takes (devices.gpu_generation of its compute
+capability; tests/costmodel/test_published.py holds the two equal); the per-generation summaries group by it."""
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -399,9 +400,12 @@ PRIORS: dict[str, float] = {
     "DATASHEET_HBM_FRACTION_AMPERE": 0.864,
     "DATASHEET_MATMUL_FRACTION_AMPERE": 1.0,
     "DATASHEET_MATMUL_FRACTION_HOPPER": 0.666,
+    "DATASHEET_MATMUL_FRACTION_ADA": 1.0,
+    "DATASHEET_HBM_FRACTION_ADA": 0.82,
 }
 """The values before the fit: the efficiencies as they were (no datasheet fraction on Ampere), no per-sequence
-decode cost, and the Hopper fraction hetrl's probe measured on an H200 (658.9 of 989.5 TFLOP/s)."""
+decode cost, the Hopper fraction hetrl's probe measured on an H200 (658.9 of 989.5 TFLOP/s), and Ada at the
+Ampere fractions it took before it had figures of its own (1.0, 0.82)."""
 H200_PROBE_TFLOPS = 658.9
 """hetrl's own GEMM probe on an H200 (bench/results/gpu_check_h200; the H100 SXM's GH100 die and datasheet bf16
 peak, 989.5): a rate a Hopper GPU was measured to reach, so the fit's lower bound for the Hopper fraction
@@ -411,6 +415,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "DATASHEET_HBM_FRACTION_AMPERE": (0.5, 1.0),
     "DATASHEET_MATMUL_FRACTION_AMPERE": (0.3, 1.0),
     "DATASHEET_MATMUL_FRACTION_HOPPER": (H200_PROBE_TFLOPS / 989.5, 1.0),
+    "DATASHEET_MATMUL_FRACTION_ADA": (0.3, 1.0),
+    "DATASHEET_HBM_FRACTION_ADA": (0.5, 1.0),
 }
 LINEAR: frozenset[str] = frozenset()
 """Constants searched on a linear scale (none now: every one is a positive fraction)."""
@@ -423,6 +429,8 @@ def applied() -> dict[str, float]:
         "DATASHEET_HBM_FRACTION_AMPERE": C.DATASHEET_HBM_FRACTION["ampere"],
         "DATASHEET_MATMUL_FRACTION_AMPERE": C.DATASHEET_MATMUL_FRACTION["ampere"],
         "DATASHEET_MATMUL_FRACTION_HOPPER": C.DATASHEET_MATMUL_FRACTION["hopper"],
+        "DATASHEET_MATMUL_FRACTION_ADA": C.DATASHEET_MATMUL_FRACTION["ada"],
+        "DATASHEET_HBM_FRACTION_ADA": C.DATASHEET_HBM_FRACTION["ada"],
     }
 
 
@@ -433,10 +441,14 @@ def patched(values: dict[str, float]) -> Iterator[None]:
                                         "DATASHEET_MATMUL_FRACTION")}  # fmt: skip
     try:
         C.HBM_EFFICIENCY = values["HBM_EFFICIENCY"]
-        C.DATASHEET_HBM_FRACTION = C.DATASHEET_HBM_FRACTION | {"ampere": values["DATASHEET_HBM_FRACTION_AMPERE"]}
+        C.DATASHEET_HBM_FRACTION = C.DATASHEET_HBM_FRACTION | {
+            "ampere": values["DATASHEET_HBM_FRACTION_AMPERE"],
+            "ada": values["DATASHEET_HBM_FRACTION_ADA"],
+        }
         C.DATASHEET_MATMUL_FRACTION = {
             "ampere": values["DATASHEET_MATMUL_FRACTION_AMPERE"],
             "hopper": values["DATASHEET_MATMUL_FRACTION_HOPPER"],
+            "ada": values["DATASHEET_MATMUL_FRACTION_ADA"],
         }
         yield
     finally:
@@ -522,6 +534,11 @@ def summary(figures: tuple[Figure, ...], preds: list[Prediction]) -> dict[str, A
     for term in sorted({f.term for f in figures}):
         errs = [abs(by[f.key].log_ratio) for f in figures if f.term == term]
         out[f"term:{term}"] = {"n": len(errs), "median_abs_ln": statistics.median(errs), "max_abs_ln": max(errs)}
+    for gen in sorted(set(GPU_GENERATION.values())):  # the check set per GPU generation
+        errs = [abs(by[f.key].log_ratio) for f in figures
+                if f.split == "check" and GPU_GENERATION[f.setting.gpu] == gen]  # fmt: skip
+        if errs:
+            out[f"check:{gen}"] = {"n": len(errs), "median_abs_ln": statistics.median(errs), "max_abs_ln": max(errs)}
     return out
 
 
@@ -546,6 +563,8 @@ def _fmt(value: float, quantity: str) -> str:
         return f"{value:.1f} s/step"
     if quantity == "throughput_gain":
         return f"{value:.2f}× tok/s"
+    if quantity == "requests_per_s":
+        return f"{value:.2f} req/s"
     unit = {
         "tokens_per_s_per_gpu": "tok/s/GPU",
         "tokens_per_s": "tok/s",

@@ -21,10 +21,11 @@ def catalog(gpu: str, n: int = 1):
 
 def test_generation_by_compute_capability():
     assert gpu_generation("9.0") == "hopper" and gpu_generation("10.0") == "hopper"
-    assert {gpu_generation(cc) for cc in ("8.0", "8.6", "8.9", "7.5", "7.0", None, "")} == {"ampere"}
+    assert gpu_generation("8.9") == "ada"  # issue 24: Ada's own fractions, fitted on RTX 4090 figures
+    assert {gpu_generation(cc) for cc in ("8.0", "8.6", "7.5", "7.0", None, "")} == {"ampere"}
 
 
-@pytest.mark.parametrize(("gpu", "generation"), [("H100 SXM", "hopper"), ("A100 80GB", "ampere"), ("L4", "ampere")])
+@pytest.mark.parametrize(("gpu", "generation"), [("H100 SXM", "hopper"), ("A100 80GB", "ampere"), ("L4", "ada")])
 def test_catalog_figures_scaled_by_generation(gpu, generation):
     profile = catalog(gpu)
     device = profile.devices[0]

@@ -10,13 +10,13 @@ Units are in the names: _s seconds, _Bps bytes/s, _bytes bytes, _FLOPs floating-
 from __future__ import annotations
 
 # ---- datasheet figures → what a kernel reaches (per GPU generation) -----------------------------------------
-DATASHEET_MATMUL_FRACTION: dict[str, float] = {"hopper": 0.711, "ampere": 1.0}
+DATASHEET_MATMUL_FRACTION: dict[str, float] = {"hopper": 0.711, "ampere": 1.0, "ada": 1.0}
 """The GEMM rate a GPU reaches as a fraction of its datasheet dense peak, by generation (devices.gpu_generation:
-"hopper" from compute capability 9.0 on, "ampere" for every earlier one; Ada, Turing and Volta take the Ampere
-value, no figure was measured on them). Applied only where the profile's FLOP/s is the datasheet's (a catalog
-profile); a probed `measured_tflops` is used as it is. The efficiencies below are fractions of this rate.
-Fitted on the fit set of bench/published.py (docs/benchmarks.md, "The cost model against published GPU
-measurements"), with selective activation checkpointing priced as torchtitan runs it:
+"hopper" from compute capability 9.0 on, "ada" at 8.9, "ampere" for every other earlier one; Turing and Volta
+take the Ampere value, no published figure on them was found). Applied only where the profile's FLOP/s is the
+datasheet's (a catalog profile); a probed `measured_tflops` is used as it is. The efficiencies below are
+fractions of this rate. Fitted on the fit set of bench/published.py (docs/benchmarks.md, "The cost model
+against published GPU measurements"), with selective activation checkpointing priced as torchtitan runs it:
 - Hopper 0.711 (the fit's lower bound is 0.666, hetrl's H200 probe: 658.9 of 989.5 TFLOP/s on one probe
   shape, bench/results/gpu_check_h200): torchtitan's Llama 3.1 8B, FSDP on 8 H100 (Grand
   Teton: 96 GB HBM2e, 500 W, a peak between SXM and NVL), 5,762 tok/s/GPU (benchmarks/llama3_h100_202412_
@@ -29,8 +29,13 @@ measurements"), with selective activation checkpointing priced as torchtitan run
 - Ampere 1.0 (the bound: the datasheet's 312 TFLOP/s, so TRAIN_MATMUL_EFFICIENCY's 0.9 alone): torchtitan's
   Llama 3 8B and Llama 2 70B, FSDP on 64 A100 80GB, 2,973 and 353 tok/s/GPU (docs/performance.md at 157a12c,
   2024-04-24): predicted 0.99× both; Llama 2 13B and Llama 3 70B (checks) 0.96× and 1.01×. (Refitted after
-  the cost model stopped charging autocast casts the runtime does not make: Hopper 0.83 -> 0.77.)"""
-DATASHEET_HBM_FRACTION: dict[str, float] = {"hopper": 0.864, "ampere": 0.82}
+  the cost model stopped charging autocast casts the runtime does not make: Hopper 0.83 -> 0.77.)
+- Ada 1.0 (the bound, as Ampere; the datasheet's dense fp16/bf16 peak with FP32 accumulation, 165.2 TFLOP/s on
+  an RTX 4090, 362 on an L40S): Database Mart's vLLM offline batch of 300 DeepSeek-R1-Distill-Llama-8B requests
+  (100 in / 600 out) on one RTX 4090, 3.96 req/s (databasemart.com/blog/vllm-gpu-benchmark-rtx4090, read
+  2026-12-05), predicted 1.02x; its checks R1-Distill-Qwen-7B 1.19x and Qwen2.5-3B 1.47x (docs/benchmarks.md,
+  "Other GPU generations")."""
+DATASHEET_HBM_FRACTION: dict[str, float] = {"hopper": 0.864, "ampere": 0.82, "ada": 0.85}
 """The memory bandwidth a streaming kernel reaches as a fraction of the datasheet figure, by generation, applied
 only where the profile's `memory_gbps` is the datasheet's (`peak_memory_gbps` equal to it: a catalog profile).
 Hopper 0.864: hetrl's probe on an H200 measured 4,148 of 4,800 GB/s (bench/results/gpu_check_h200, run1
@@ -38,7 +43,13 @@ profile; the elementwise, optimizer and decode efficiencies below were measured 
 Ampere 0.82 (0.817 before the large-batch figures joined the fit, 0.855 before the no-autocast refit): fitted
 with HBM_EFFICIENCY on single-sequence decode
 (vLLM 0.23, Llama-3.1-8B on an A100 40GB, 75 tok/s, johnmusgrave.com, read 2026-12-05) and the A100
-training figures above."""
+training figures above.
+Ada 0.85 (GDDR6/GDDR6X; until 2026-12-05 it took Ampere's 0.82): fitted with the constants above on the fit set,
+Mistral-7B-v0.3 at concurrency 4 through vLLM on one RTX 4090, 210 output tok/s (M. Rahman, mushfiqrahman.dev,
+read 2026-12-05), predicted 0.97x, and the Ada offline batch above; checks at concurrency 8 and 16 1.00x and
+1.02x. With Ada pooled into "ampere" the fit moved Ampere's fraction 0.82 -> 0.845 on the RTX 4090 figures'
+account (every A100 and A10G prediction with it), so Ada has its own and Ampere's stays where its own figures
+put it (0.821). Turing and Volta (T4, V100) take Ampere's: no published figure on them was found."""
 
 # ---- achievable fractions of peak ---------------------------------------------------------------------------
 TRAIN_MATMUL_EFFICIENCY = 0.90

@@ -91,12 +91,16 @@ def decode_slowdowns(devices) -> dict[str, float]:
 
 def gpu_generation(compute_capability: str | None) -> str:
     """The key of constants.DATASHEET_MATMUL_FRACTION: "hopper" from compute capability 9.0 on (its datasheet
-    peak needs wgmma kernels), "ampere" for every earlier or unknown one."""
+    peak needs wgmma kernels), "ada" at 8.9 (GDDR6/6X parts, fitted on RTX 4090 figures), "ampere" for every
+    other earlier or unknown one (Turing and Volta too: no published figure on them was found)."""
     try:
-        major = int(str(compute_capability).split(".")[0])
+        major, _, minor = str(compute_capability).partition(".")
+        major_n = int(major)
     except ValueError:
         return "ampere"
-    return "hopper" if major >= 9 else "ampere"
+    if major_n >= 9:
+        return "hopper"
+    return "ada" if major_n == 8 and minor == "9" else "ampere"
 
 
 def datasheet_matmul_fraction(device) -> float:
