@@ -20,7 +20,7 @@ from hetrl_cli.costmodel.generation import Generation
 from hetrl_cli.costmodel.memo import Memo
 from hetrl_cli.costmodel.memory import resident_bytes_per_param
 from hetrl_cli.costmodel.step import Step
-from hetrl_cli.costmodel.training import add_train_sync, add_zero3_inference_gathers
+from hetrl_cli.costmodel.training import add_train_sync, add_zero3_inference_gathers, critic_shares_trainer
 from hetrl_cli.costmodel.types import ReplicaTimes, TaskEstimate, TaskPlacement
 
 GB = 1e9
@@ -84,9 +84,10 @@ class Tasks:
         # by name) or a figure per device (mates' placements)
         names = frozenset(t if isinstance(t, str) else t.task for t in group_tasks) - {task}
         uniform, others_dev = 0.0, None
+        apart = self._critic_apart(placement, group_tasks)
         if group_tasks:
-            okey = (task, placement.replicas, group_tasks)
-            uniform, others_dev = self._others.keyed(okey, placement, group_tasks, names)
+            okey = (task, placement.replicas, group_tasks, apart)
+            uniform, others_dev = self._others.keyed(okey, placement, group_tasks, names, apart)
         if others_dev:
             others_key = tuple(
                 tuple(max(others_dev.get(d, 0.0) for d in st) for st in rep) for rep in placement.replicas
@@ -98,6 +99,8 @@ class Tasks:
         # 3) the class-level estimate (cached on what it depends on: see class_inputs)
         shares, splits, offload = placement.batch_shares, placement.layer_splits, placement.offload
         cnames, cothers = class_inputs(task, names, others_key)
+        if apart and task == "critic_inference":  # a copy of its own: its weights, no zero3 gathers
+            cnames = frozenset()
         ckey = (task, rep_key, shares, splits, offload, cnames, cothers)
         ce = self._classes.keyed(ckey, task, rep_key, shares, splits, offload, cnames, cothers)
         if ce.hard:
@@ -164,10 +167,11 @@ class Tasks:
 
     # ---- memory of colocated tasks ----------------------------------------------------------------------
     def _others_resident(
-        self, placement: TaskPlacement, group_tasks: Mates, names: frozenset[str]
+        self, placement: TaskPlacement, group_tasks: Mates, names: frozenset[str], apart: bool = False
     ) -> tuple[float, dict[str, float] | None]:
         """Bytes the other tasks of the group keep resident while this task runs: (bytes on every device, None)
-        when the mates are given by name (spread like this placement), else (0, bytes per device)."""
+        when the mates are given by name (spread like this placement), else (0, bytes per device). `apart`: critic
+        inference runs on a copy of its own (`_critic_apart`), which stays resident as any inference model's."""
         group_all = names | {placement.task}
         arch_of, w = self.step.arch, self.step.workload
         if all(isinstance(t, str) for t in group_tasks):
@@ -192,7 +196,10 @@ class Tasks:
             else:
                 if other.task == placement.task:
                     continue
-                for d, b in self._resident(other, group_all - {other.task}).items():
+                group = group_all - {other.task}
+                if apart and other.task == "critic_inference":
+                    group -= {"critic_train"}
+                for d, b in self._resident(other, group).items():
                     out[d] = out.get(d, 0.0) + b
         return 0.0, out
 
@@ -212,6 +219,28 @@ class Tasks:
                     for d in st:
                         out[d] = b
         return out
+
+    def _critic_apart(self, placement: TaskPlacement, group_tasks: Mates) -> bool:
+        """critic_inference and critic_train placed in one group with layouts the runtime does not share weights
+        between (training.critic_shares_trainer): inference then runs on a copy of its own. Mates given by name
+        are taken to share (their layout unknown, as for their resident bytes)."""
+        placed = {p.task: p for p in (placement, *group_tasks) if isinstance(p, TaskPlacement)}
+        infer, train = placed.get("critic_inference"), placed.get("critic_train")
+        if infer is None or train is None:
+            return False
+        layouts = []
+        for p in (infer, train):
+            splits = p.layer_splits
+            rep_key = self.cluster.class_layout(p.replicas)
+            if splits is None and rep_key is not None and not self.shape_problem(p.task, rep_key, None, None):
+                splits = self._splits(p.task, rep_key)
+            if splits is None:
+                return False  # a shape that cannot run: its own violation says so
+            layouts.append(
+                [(rep, split if len(rep) > 1 else ()) for rep, split in zip(p.replicas, splits, strict=True)]
+            )
+        zero3 = self.step.workload.sharding == "zero3" and train.dp > 1
+        return not critic_shares_trainer(layouts[0], layouts[1], zero3)
 
     def _splits(self, task: TaskName, rep_key: ClassLayout) -> tuple[tuple[int, ...], ...]:
         stage = self.cluster.stage

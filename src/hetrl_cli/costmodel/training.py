@@ -64,6 +64,18 @@ def add_train_sync(
         terms["offload"] = off_s
 
 
+def critic_shares_trainer(
+    infer: Sequence[tuple[object, tuple[int, ...]]], train: Sequence[tuple[object, tuple[int, ...]]], zero3: bool
+) -> bool:
+    """Whether critic inference in critic_train's group runs on the trainer's weights, as runtime
+    worker._critic_shared decides: `infer` and `train` are each replica's (devices by stage, layer split). Under
+    zero3 (critic_train sharded over dp > 1) every replica of both must be the same, in order; otherwise every
+    inference replica must be one of the trainer's (a rank whose replicas differ runs a copy of its own)."""
+    if zero3:
+        return list(infer) == list(train)
+    return all(rep in train for rep in infer)
+
+
 def add_zero3_inference_gathers(
     step: Step,
     cluster: Cluster,
@@ -74,7 +86,8 @@ def add_zero3_inference_gathers(
     names: frozenset[str],
     shares: Sequence[float],
 ) -> None:
-    """Critic inference beside critic_train runs on the trainer's weights (memory.py; worker._critic_shared), which
+    """Critic inference beside critic_train runs on the trainer's weights (memory.py; worker._critic_shared) when
+    their layouts match (`critic_shares_trainer`; Tasks.estimate drops critic_train from `names` otherwise), which
     under zero3 are chunks: its value forward (roles.Critic.values -> zero3.forward_passes) gathers each layer once
     per micro-batch of the largest replica's share and the root unit once (Zero3Passes.of(m, 0, 1)), over the
     critic's ZeRO group (its replicas)."""
