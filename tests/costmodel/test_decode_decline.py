@@ -120,3 +120,26 @@ def test_long_tail_reads_longer_kv_caches(mean: float, p99: float) -> None:
         assert own > 1.01 * average
     else:
         assert own == pytest.approx(average, rel=1e-12)
+
+
+@pytest.mark.parametrize(("mean", "p99"), [(0.25, 1.0), (0.5, 1.0), (1.0, 1.0)])
+def test_attention_flops_cover_the_contexts_the_kv_reads_cover(mean: float, p99: float) -> None:
+    """A decode token's attention FLOPs (4·q_dim·context a layer) are linear in its context, as its KV reads are:
+    both sum over the same SHORT_N·(P·R̄ + E[L²]/2) context tokens, not SHORT_N·R̄·(P + R̄/2) (the average
+    context's, which the FLOPs took before while the KV reads took each sequence's own)."""
+    a = BUILTIN["qwen3-0.6b"]
+    r_mean, r_tail = mean * MAX_RESP, p99 * MAX_RESP
+    w = Workload(actor={"arch": "qwen3-0.6b"}, prompts_per_step=SHORT_N // 4, responses_per_prompt=4,
+                 max_prompt_tokens=PROMPT, max_response_tokens=MAX_RESP, micro_batch=4,
+                 response_length={"mean_fraction": mean, "p99_fraction": p99})  # fmt: skip
+    est = CostModel(make_profile([("a0", "A100", 1, "r")]), w).task(TaskPlacement("generation", ((("a0/0",),),)))
+    k = r_tail / r_mean - 1
+    context_tokens = SHORT_N * (PROMPT * r_mean + r_tail**2 / (2 * k + 1) / 2)
+    flops = SHORT_N * r_mean * a.forward_flops_per_token(0) + a.num_layers * a.layer_attention_flops(context_tokens)
+    prefill = SHORT_N * PROMPT * a.forward_flops_per_token(PROMPT / 2) / (A100_FLOPS * C.PREFILL_MFU)
+    assert est.terms["compute"] == pytest.approx(prefill + flops / (A100_FLOPS * C.DECODE_MFU), rel=1e-9)
+    average = SHORT_N * r_mean * a.forward_flops_per_token(PROMPT + r_mean / 2)
+    if mean < p99:
+        assert flops > 1.001 * average
+    else:
+        assert flops == pytest.approx(average, rel=1e-12)

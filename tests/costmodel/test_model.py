@@ -36,12 +36,14 @@ def test_generation_time_by_hand(one_a100, grpo_small: Workload) -> None:
     a = BUILTIN["qwen3-0.6b"]
     n, prompt, r_mean, r_tail = 64, 256, 128, 256
     # all 64 sequences fit in the KV cache: one batch, 256 decode steps (the p99 tail), avg batch 64·128/256
-    steps, batch, ctx = r_tail, n * r_mean / r_tail, prompt + r_mean / 2
+    steps, ctx = r_tail, prompt + r_mean / 2
     # response lengths L = r_tail·u^k, k = r_tail / r_mean − 1 = 1: uniform on [0, 256]. A sequence of length L
     # reads its KV cache at contexts prompt + 0 .. L − 1, so the KV tokens read are n·(prompt·E[L] + E[L²]/2),
     # E[L²] = 256²/3 — not n·r_mean·(prompt + r_mean/2): the long responses read the longest caches
     kv_tokens = n * (prompt * r_mean + r_tail**2 / 3 / 2)
-    compute = batch * a.forward_flops_per_token(ctx) / (A100_FLOPS * C.DECODE_MFU)  # FLOPs at the average context
+    # the attention's FLOPs (4·q_dim·context a layer) cover the same contexts as its KV reads: kv_tokens in all
+    flops = n * r_mean * a.forward_flops_per_token(0) + a.num_layers * a.layer_attention_flops(kv_tokens)
+    compute = flops / steps / (A100_FLOPS * C.DECODE_MFU)  # a step's, on average
     weights = a.param_count() * 2 / (A100_BPS * C.HBM_EFFICIENCY)
     kv = kv_tokens * a.kv_bytes_per_token() / (A100_BPS * C.HBM_EFFICIENCY)
     prefill = n * prompt * a.forward_flops_per_token(prompt / 2) / (A100_FLOPS * C.PREFILL_MFU)

@@ -26,6 +26,10 @@ class DecodeStage(NamedTuple):
     """One pipeline stage's decode-step inputs."""
 
     flops_per_token: float
+    """At no context: the GEMMs (and the head on the last stage)."""
+    attention_flops_per_context: float
+    """Attention FLOPs per token and token of context (scores and values, linear in it): a step's are at its live
+    sequences' own mean context, the same one their KV reads cover (drain_contexts)."""
     compute_Fps: float
     """At DECODE_MFU."""
     weight_bytes: float
@@ -148,8 +152,8 @@ class Generation:
         mb = batch / g.pp
         msg = mb * g.hidden * self.step.act_bytes
         best = None
-        for p, (fpt, c_den, wd, kvd, m_den, ar_mult, tp, ar_link, hop, logits_b) in enumerate(g.stages):
-            c = mb * fpt / c_den
+        for p, (fpt, attn, c_den, wd, kvd, m_den, ar_mult, tp, ar_link, hop, logits_b) in enumerate(g.stages):
+            c = mb * (fpt + attn * ctx) / c_den  # attention at the context whose KV cache it reads
             kv = mb * ctx * kvd / m_den  # attention's KV reads: their own kernels, after the GEMMs'
             m = max(c, wd / m_den) + kv - c  # beyond c: GEMMs at max(FLOPs, weight reads), then KV (DECODE_MFU)
             tpc = ar_mult * allreduce_s(msg, tp, ar_link)
@@ -190,7 +194,6 @@ class Generation:
         P, Rm = self.step.prompt_tokens, self.step.resp_mean
         footprint = P + Rm  # constants.KV_FOOTPRINT
         weights_dev, kv_dev, work_dev, cap, mem_violation = self._stage_memory(stages, split, others, footprint)
-        ctx = P + Rm / 2
         rows = []
         vocab_embedding = 1 if stages[0].tp > 1 else 0  # parallel.VocabParallelEmbedding: one all-reduce a step
         for p, st in enumerate(stages):
@@ -198,7 +201,8 @@ class Generation:
             logits_b = math.ceil(arch.vocab_size / st.tp) * st.tp * self.step.act_bytes if last and st.tp > 1 else 0.0
             rows.append(
                 DecodeStage(
-                    self.step.stage_flops_per_token(arch, "lm", split[p], last, ctx),
+                    self.step.stage_flops_per_token(arch, "lm", split[p], last, 0.0),
+                    split[p] * arch.layer_attention_flops(1.0),
                     st.compute_Fps * C.DECODE_MFU,
                     weights_dev[p],
                     kv_dev[p],
