@@ -41,6 +41,7 @@ from hetrl_cli.artifacts.profile import ClusterProfile
 from hetrl_cli.artifacts.workload import Workload
 from hetrl_cli.calibration.candidates import scored_plan
 from hetrl_cli.calibration.fit import COMM_TERMS, fit_calibration, link_kind
+from hetrl_cli.calibration.inputs import run_engine
 from hetrl_cli.calibration.validate import load_run, validate_run
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.emulate.api import emulate_down, emulate_up, host_cpu_sets
@@ -379,8 +380,9 @@ def run_calibrated(result: dict, profile: ClusterProfile, budget_s: float, round
 
 
 def fit_data(runs: list[dict]) -> dict[str, tuple]:
-    """Recorded runs as fit_calibration takes them, (run id, plan, metrics), by run dir; each read once."""
-    return {r["run_dir"]: (Path(r["run_dir"]).name, *load_run(r["run_dir"])) for r in runs}
+    """Recorded runs as fit_calibration takes them, (run id, plan, metrics, the rollout engine it ran: priced as
+    it ran), by run dir; each read once."""
+    return {r["run_dir"]: (Path(r["run_dir"]).name, *load_run(r["run_dir"]), run_engine(r["run_dir"])) for r in runs}
 
 
 def calibrated_plans(result: dict, profile: ClusterProfile, budget_s: float) -> dict[str, Plan]:
@@ -426,8 +428,8 @@ def stratified(runs: list[dict], profile: ClusterProfile) -> list[str]:
 
 def scored_run(run_dir: str, plan: Plan, profile: ClusterProfile, warmup: int, factors: dict | None, label: str):
     """A recorded run's measurements beside the cost model's prediction as it is now (uncalibrated where
-    `factors` is None), not written into the run dir."""
-    scored = rescore(plan, profile, calibration=factors)
+    `factors` is None), with the rollout engine the run used, not written into the run dir."""
+    scored = rescore(plan, profile, calibration=factors, engine=run_engine(run_dir))
     return validate_run(run_dir, warmup, scored=scored, predictions=label, write=False)
 
 

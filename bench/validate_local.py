@@ -26,6 +26,7 @@ from hetrl_cli.artifacts.profile import ClusterProfile
 from hetrl_cli.artifacts.workload import Workload, load_workload
 from hetrl_cli.calibration.candidates import candidate_plans
 from hetrl_cli.calibration.fit import fit_calibration
+from hetrl_cli.calibration.inputs import run_engine
 from hetrl_cli.calibration.validate import abs_error_stats, load_run, validate_run
 from hetrl_cli.planner.build import rescore
 from hetrl_cli.runtime.api import RunOptions, run_plan
@@ -105,7 +106,7 @@ def cross_fit(profile: ClusterProfile, runs: list[dict]) -> dict[str, dict]:
     fits = {}
     for fold in ("A", "B"):
         train = [r for r in runs if (r["layout"] in FOLD_A) != (fold == "A")]
-        data = [(r["run_dir"].name, *load_run(r["run_dir"])) for r in train]
+        data = [(r["run_dir"].name, *load_run(r["run_dir"]), run_engine(r["run_dir"])) for r in train]  # as it ran
         fits[fold] = fit_calibration(data, profile, WARMUP)
     return fits
 
@@ -133,7 +134,7 @@ def evaluate(profile: ClusterProfile, runs: list[dict], fits: dict) -> list[dict
         fold = "A" if r["layout"] in FOLD_A else "B"
         before = validate_run(r["run_dir"], WARMUP, write=False)
         plan, _ = load_run(r["run_dir"])
-        scored = rescore(plan, profile, calibration=fits[fold].factors())
+        scored = rescore(plan, profile, calibration=fits[fold].factors(), engine=run_engine(r["run_dir"]))
         after = validate_run(r["run_dir"], WARMUP, scored=scored, predictions=f"calibration fold {fold}", write=False)
         rows.append({"workload": r["workload"], "layout": r["layout"], "fold": fold,
                      "wall_s": round(r["wall_s"], 1), **run_errors(before, after)})  # fmt: skip
