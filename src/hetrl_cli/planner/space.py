@@ -42,26 +42,29 @@ def device_tasks(workload: Workload) -> tuple[TaskName, ...]:
     return tuple(t for t in workload.tasks if not (t == "reward" and workload.reward is None))
 
 
+def _partitions(items: list[TaskName]) -> Iterator[list[list[TaskName]]]:
+    """Every set partition of `items`: `items[0]` alone or added to each group of a partition of the rest. A module
+    function, not a closure in `groupings` (a recursive closure refers to itself through its cell: a reference
+    cycle the cyclic collector had to free after every call)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _partitions(rest):
+        yield [[first], *part]
+        for i in range(len(part)):
+            yield [*part[:i], [first, *part[i]], *part[i + 1 :]]
+
+
 def groupings(tasks: Sequence[TaskName]) -> list[tuple[tuple[TaskName, ...], ...]]:
     """Every set partition of `tasks` (Bell(n) of them), groups in task order, deterministic order.
 
     >>> len(groupings(("generation", "reference", "actor_train")))
     5
     """
-
-    def partitions(items: list[TaskName]) -> Iterator[list[list[TaskName]]]:
-        if not items:
-            yield []
-            return
-        first, rest = items[0], items[1:]
-        for part in partitions(rest):
-            yield [[first], *part]
-            for i in range(len(part)):
-                yield [*part[:i], [first, *part[i]], *part[i + 1 :]]
-
     order = {t: i for i, t in enumerate(tasks)}
     result = []
-    for part in partitions(list(tasks)):
+    for part in _partitions(list(tasks)):
         groups = sorted((tuple(sorted(g, key=order.__getitem__)) for g in part), key=lambda g: order[g[0]])
         result.append(tuple(groups))
     return sorted(result, key=lambda gs: (len(gs), [[order[t] for t in g] for g in gs]))
