@@ -62,10 +62,10 @@ def lengths(n: int, mean: float, tail: float, truncated: float = 0.0) -> list[fl
     return [tail * ((i + 0.5) / rest) ** k for i in range(rest)] + [tail] * capped
 
 
-def one_wave_decode_s(static: G.GenStatic, prompt: float, lens: list[float]) -> float:
+def one_wave_decode_s(static: G.GenStatic, prompt: float, lens: list[float], act_bytes: int = 2) -> float:
     """Decode seconds of one engine, step by step, every sequence live from step 0 until its own length, each
-    step priced as the cost model prices one (max(GEMM FLOPs, weights) + KV reads + DECODE_STEP_OVERHEAD_S; one
-    stage, TP collectives as the model's at that batch)."""
+    step priced as the cost model prices one (max(GEMM FLOPs, weights) + KV reads + TP collectives +
+    DECODE_STEP_OVERHEAD_S; one pipeline stage: the splits' engines are TP only)."""
     ordered = sorted(lens)
     total, first = 0.0, 0
     for s in range(int(max(ordered))):
@@ -76,7 +76,9 @@ def one_wave_decode_s(static: G.GenStatic, prompt: float, lens: list[float]) -> 
         for st in static.stages:
             c = (batch * st.flops_per_token + st.attention_flops_per_context * batch * (prompt + s)) / st.compute_Fps
             kv = batch * (prompt + s) * st.kv_bytes_per_token / st.mem_Bps
-            tp = st.allreduces * G.allreduce_s(batch * static.hidden * 2, st.tp, st.tp_link)
+            tp = st.allreduces * G.allreduce_s(batch * static.hidden * act_bytes, st.tp, st.tp_link)
+            if st.logits_bytes:
+                tp += G.allgather_s(batch * st.logits_bytes, st.tp, st.tp_link)
             step = max(step, max(c, st.weight_bytes / st.mem_Bps) + kv + tp)
         total += step + C.DECODE_STEP_OVERHEAD_S
     return total
@@ -112,7 +114,10 @@ def split_row(bd: P.PhaseBreakdown, config_dir: Path) -> dict[str, Any]:
     gen, static = seen["gen"], seen["static"]
     prompt, mean, tail = gen.step.prompt_tokens, gen.step.resp_mean, gen.step.resp_tail
     n = round(seen["n_seq"])
-    waves = {f"truncated_{q:.2f}": one_wave_decode_s(static, prompt, lengths(n, mean, tail, q)) for q in (0.0, 0.1)}
+    act = gen.step.act_bytes
+    waves = {
+        f"truncated_{q:.2f}": one_wave_decode_s(static, prompt, lengths(n, mean, tail, q), act) for q in (0.0, 0.1)
+    }
     return {
         "key": bd.key,
         "published_s": dict(bd.phases)["generation"],
