@@ -67,12 +67,18 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
     "qwen2.5-3b": {"hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
                    "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,
                    "tie_word_embeddings": True, "model_type": "qwen2"},
+    # Megatron-LM's GPT-2 1.2B (Shoeybi et al. 2019, Table 1): MHA, vocabulary 50,257 padded to 50,304, tied
+    # embeddings; the 4h GELU MLP as a SwiGLU of 8h/3 (same weights and FLOPs)
+    "gpt2-1.2b-megatron": {"hidden_size": 1536, "intermediate_size": 4096, "num_hidden_layers": 40,
+                           "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 50304,
+                           "tie_word_embeddings": True, "model_type": "llama"},
 }  # fmt: skip
 
 GPU_GENERATION = {"A100 80GB": "ampere", "A100 40GB": "ampere", "A10G": "ampere", "H100 SXM": "hopper",
-                  "RTX 4090": "ada"}  # fmt: skip
-"""Which generation's datasheet fractions a figure's GPU type takes (devices.gpu_generation of its compute
-capability; tests/costmodel/test_published.py holds the two equal); the per-generation summaries group by it."""
+                  "RTX 4090": "ada", "V100": "volta"}  # fmt: skip
+"""A figure's GPU generation, which the per-generation summaries group by. Its datasheet fractions are
+devices.gpu_generation's: the same key, except Volta and Turing, which take Ampere's (no constant of their own;
+tests/costmodel/test_published_generations.py holds the two consistent)."""
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -372,7 +378,8 @@ def predict(fig: Figure, config_dir: Path, calibration: dict | None = None) -> P
         model, train_s, terms, violation = train_step_s(s, profile, w, calibration)
         tokens = model.step.n_samples * model.step.seq_mean
         viol = [violation] if violation else []
-        return Prediction(fig.key, tokens / train_s / len(devices), fig.published, terms, viol)
+        value = train_s if fig.quantity == "iteration_s" else tokens / train_s / len(devices)
+        return Prediction(fig.key, value, fig.published, terms, viol)
     total, terms, violation = _gen_time(model, devices, s.gen_tp)
     viol = [violation] if violation else []
     if s.kind == "serve":  # tokens_per_s counts prompt and output tokens, output_tokens_per_s the output only
@@ -565,6 +572,8 @@ def _fmt(value: float, quantity: str) -> str:
         return f"{value:.2f}× tok/s"
     if quantity == "requests_per_s":
         return f"{value:.2f} req/s"
+    if quantity == "iteration_s":
+        return f"{value:.3f} s/iteration"
     unit = {
         "tokens_per_s_per_gpu": "tok/s/GPU",
         "tokens_per_s": "tok/s",

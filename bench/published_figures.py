@@ -73,7 +73,7 @@ class Figure:
     """URL or repository path, the table or figure, and the date of the publication."""
     quantity: str
     """step_s | tokens_per_s_per_gpu | tpot_s | decode_tokens_per_s | tokens_per_s | output_tokens_per_s |
-    throughput_gain | requests_per_s"""
+    throughput_gain | requests_per_s | iteration_s"""
     published: float
     setting: Setting
     term: str
@@ -129,6 +129,7 @@ _RAHMAN_NOTE = (
     "names it); the steady state of `max concurrency` requests is priced as waves of that many sequences in "
     "lockstep, each wave's prefill included (300 prompts: 75, 38 and 19 waves)"
 )
+MEGATRON_V1 = "https://nv-adlr.github.io/MegatronLMV1"
 DBM_4090 = "https://www.databasemart.com/blog/vllm-gpu-benchmark-rtx4090"
 _DBM_NOTE = (
     "vLLM offline test, all 300 requests sent at once; version and max_model_len not on the page; 16-bit weights "
@@ -386,6 +387,28 @@ FIGURES: tuple[Figure, ...] = (
                 inter_node="100Gbps", assumptions=_DBM_NOTE + "; an instruct model may stop before 600 tokens: "
                 "if it does, the published rate overstates the work priced"),
         "generation", "check", "a smaller model (3B, tied embeddings) in the same batch",
+    ),
+    # Volta (added 2026-12-05 after the Ada figures were priced; role decided before this one was priced): the one
+    # published Volta figure the stored corpora hold whole. A check: no Volta constant is fitted (Volta takes
+    # Ampere's fractions), so this tests that assumption.
+    Figure(
+        "megatron-v1/gpt2-1.2b/v100", "NVIDIA ADLR (Megatron-LM blog)",
+        f"{MEGATRON_V1} — 'MegatronLM's Supercharged V1.0', Table 1 (weak model parallel scaling), row 1.2B "
+        "parameters, 1 model-parallel GPU: iteration time 1288 ms, batch size 8; 'our baseline model with 1.2 "
+        "billion parameters now achieves 62.4 teraFLOPs which is 48% of the theoretical peak FLOPS for a single "
+        "GPU in a DGX2-H server' (Megatron-LM v1.0, 2020; the stored page shows no date: read 2026-12-05)",
+        "iteration_s", 1.288,
+        Setting("gpt2-1.2b-megatron", "V100", 1, 1, "train", prompts=8, prompt_tokens=1, response_tokens=1023,
+                micro_batch=8, recompute=True, precision="fp16", device=(("peak_tflops", 130.0),),
+                inter_node="100Gbps",
+                assumptions="GPT-2 1.2B as in the Megatron-LM paper (hidden 1536, 40 layers, 16 heads, sequence "
+                "1024, vocabulary padded to 50,304, tied embeddings); its GELU MLP (two 1536x6144 matrices) priced "
+                "as a SwiGLU of intermediate 4096 (the same weights and FLOPs); fp16 mixed precision with Adam; "
+                "activation checkpointing on (Megatron's scripts of the time; 62.4 TFLOP/s x 1.288 s = 80 TFLOP a "
+                "step, the 4-pass count with recomputation); the DGX-2H's V100 SXM3 at 450 W: peak 130 TFLOP/s "
+                "(62.4 / 0.48), memory as the catalog's V100"),
+        "training", "check", "the one Volta figure: checks that Volta may take Ampere's fractions (no Volta "
+        "constant is fitted on one figure); a GPT-2-style model on one GPU, no data or model parallelism",
     ),
 )  # fmt: skip
 
