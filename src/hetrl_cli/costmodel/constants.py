@@ -13,10 +13,11 @@ from __future__ import annotations
 DATASHEET_MATMUL_FRACTION: dict[str, float] = {"hopper": 0.711, "ampere": 1.0, "ada": 1.0}
 """The GEMM rate a GPU reaches as a fraction of its datasheet dense peak, by generation (devices.gpu_generation:
 "hopper" from compute capability 9.0 on, "ada" at 8.9, "ampere" for every other earlier one; Turing and Volta
-take the Ampere value, no published figure on them was found). Applied only where the profile's FLOP/s is the
-datasheet's (a catalog profile); a probed `measured_tflops` is used as it is. The efficiencies below are
-fractions of this rate. Fitted on the fit set of bench/published.py (docs/benchmarks.md, "The cost model
-against published GPU measurements"), with selective activation checkpointing priced as torchtitan runs it:
+take the Ampere value: no Turing figure was found, and the one Volta figure is a check, below). Applied only
+where the profile's FLOP/s is the datasheet's (a catalog profile); a probed `measured_tflops` is used as it is.
+The efficiencies below are fractions of this rate. Fitted on the fit set of bench/published.py
+(docs/benchmarks.md, "The cost model against published GPU measurements"), with selective activation
+checkpointing priced as torchtitan runs it:
 - Hopper 0.711 (the fit's lower bound is 0.666, hetrl's H200 probe: 658.9 of 989.5 TFLOP/s on one probe
   shape, bench/results/gpu_check_h200): torchtitan's Llama 3.1 8B, FSDP on 8 H100 (Grand
   Teton: 96 GB HBM2e, 500 W, a peak between SXM and NVL), 5,762 tok/s/GPU (benchmarks/llama3_h100_202412_
@@ -49,7 +50,10 @@ Mistral-7B-v0.3 at concurrency 4 through vLLM on one RTX 4090, 210 output tok/s 
 read 2026-12-05), predicted 0.97x, and the Ada offline batch above; checks at concurrency 8 and 16 1.00x and
 1.02x. With Ada pooled into "ampere" the fit moved Ampere's fraction 0.82 -> 0.845 on the RTX 4090 figures'
 account (every A100 and A10G prediction with it), so Ada has its own and Ampere's stays where its own figures
-put it (0.821). Turing and Volta (T4, V100) take Ampere's: no published figure on them was found."""
+put it (0.821). Turing and Volta (T4, V100) take Ampere's. No Turing figure was found; the one Volta figure, a
+check (Megatron-LM v1.0's GPT-2 1.2B on a DGX-2H V100, 1,288 ms an iteration, nv-adlr.github.io/MegatronLMV1),
+is predicted 1.34x too slow in its non-matmul memory traffic as hetrl's eager runtime moves it: it does not
+isolate Volta's fractions, so none is fitted on it."""
 
 # ---- achievable fractions of peak ---------------------------------------------------------------------------
 TRAIN_MATMUL_EFFICIENCY = 0.90

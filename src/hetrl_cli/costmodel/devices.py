@@ -92,7 +92,7 @@ def decode_slowdowns(devices) -> dict[str, float]:
 def gpu_generation(compute_capability: str | None) -> str:
     """The key of constants.DATASHEET_MATMUL_FRACTION: "hopper" from compute capability 9.0 on (its datasheet
     peak needs wgmma kernels), "ada" at 8.9 (GDDR6/6X parts, fitted on RTX 4090 figures), "ampere" for every
-    other earlier or unknown one (Turing and Volta too: no published figure on them was found)."""
+    other earlier or unknown one (Turing and Volta too: no figure fits a fraction of their own)."""
     try:
         major, _, minor = str(compute_capability).partition(".")
         major_n = int(major)
