@@ -23,6 +23,7 @@ part holds, and the part's per-class rates added up (load-balanced data parallel
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -80,6 +81,16 @@ class Screened:
 
 
 @dataclass
+class _Table:
+    """One subset's rows in `Screen.table`: phases per row (None: does not fit), the exact-entry count per mask
+    they were worked out at, and the feasible rows with their phases (None: to be listed again)."""
+
+    phases: list[Phases | None]
+    seen: dict[int, int]
+    rows: list[tuple[Row, Phases]] | None
+
+
+@dataclass
 class _Search:
     """One grouping's latest branch and bound."""
 
@@ -110,11 +121,22 @@ class Screen:
         self.exact: dict[tuple[Subset, Row], Phases | None] = {}
         self.version: dict[Subset, int] = {}
         self.ratios: dict = {}
-        self._tables: dict[Subset, tuple[int, list[tuple[Row, Phases]]]] = {}
+        self._tables: dict[Subset, _Table] = {}
+        self._of_mask: dict[int, list[int]] = {}
+        """Mask of classes → the indices of the rows over exactly those classes."""
+        for i, row in enumerate(self.rows):
+            self._of_mask.setdefault(_mask(row), []).append(i)
+        self._changes: dict[int, int] = {}
+        """Mask → exact entries made on rows over those classes (any subset): what a table's rows depend on."""
+        self._n_changes = 0
+        self._whole_rows = [row for row in self.rows if self._whole(row)]
+        self._wholes: dict[Subset, tuple[int, list[tuple[Row, Phases]]]] = {}
         self._rates: dict[TaskName, list[float]] = {}
         """(subset, classes of the row) and classes of the row → exact / proxy seconds of the entries made exact."""
         self._spans: dict[tuple[int, int, int], tuple[str, ...]] = {}
-        self._pairs: dict[tuple, float] = {}
+        self._pairs: dict[tuple, dict[tuple[Row, Row], float]] = {}
+        self._local: dict[Row, float] = {}
+        """Row → the weight sync when actor_train and generation share it (the branch and bound's `local`)."""
 
     # --- devices of rows ------------------------------------------------------------------------
 
@@ -206,23 +228,42 @@ class Screen:
     def table(self, subset: Subset) -> list[tuple[Row, Phases]]:
         """The subset's feasible rows with their phases: the exact entry where known, else the proxy times
         the (lower) median exact/proxy ratio seen so far on rows over the same classes, of this subset, else
-        of any subset (the proxy's error is mostly the classes': pipelines across them, a slow link). Rebuilt
-        after each new exact entry."""
-        hit = self._tables.get(subset)
-        if hit is not None and hit[0] == len(self.exact):
-            return hit[1]
-        out = []
-        for row in self.rows:
-            if (subset, row) in self.exact:
-                phases = self.exact[(subset, row)]
-            elif (proxy := self.proxy(subset, row)) is not None:
-                phases = tuple(x * self._correction(subset, row) for x in proxy)
-            else:
-                phases = None
-            if phases is not None:
-                out.append((row, phases))
-        self._tables[subset] = (len(self.exact), out)
-        return out
+        of any subset (the proxy's error is mostly the classes': pipelines across them, a slow link).
+
+        Kept up to date by classes: an exact entry changes only rows over its own classes (their exact entry,
+        their correction), so after one only those rows are worked out again, not all of them (the whole
+        table was rebuilt after every exact entry before: 0.1-0.4 CPU s of a screen on the uneven suite)."""
+        table = self._tables.get(subset)
+        if table is None:
+            table = self._tables[subset] = _Table([None] * len(self.rows), {}, None)
+        stale = [m for m, rows in self._of_mask.items() if table.seen.get(m, -1) != self._changes.get(m, 0)]
+        for mask in stale:
+            table.seen[mask] = self._changes.get(mask, 0)
+            for i in self._of_mask[mask]:
+                table.phases[i] = self._phases(subset, self.rows[i])
+        if stale or table.rows is None:
+            table.rows = [(row, ph) for row, ph in zip(self.rows, table.phases, strict=True) if ph is not None]
+        return table.rows
+
+    def whole_table(self, subset: Subset) -> list[tuple[Row, Phases]]:
+        """`table`'s rows of whole classes only (one per union), without working out the others: the whole-class
+        plans come first and need only these, so the first screened plan no longer waits for every subset's
+        proxies on every row (all of them are worked out later, for the partial-class search)."""
+        hit = self._wholes.get(subset)
+        if hit is None or hit[0] != self._n_changes:
+            rows = [(row, ph) for row in self._whole_rows if (ph := self._phases(subset, row)) is not None]
+            hit = self._wholes[subset] = (self._n_changes, rows)
+        return hit[1]
+
+    def _phases(self, subset: Subset, row: Row) -> Phases | None:
+        """One row's phases in `table`: exact, else the corrected proxy; None where it does not fit."""
+        if (subset, row) in self.exact:
+            return self.exact[(subset, row)]
+        proxy = self.proxy(subset, row)
+        if proxy is None:
+            return None
+        correction = self._correction(subset, row)
+        return tuple(x * correction for x in proxy)
 
     def _correction(self, subset: Subset, row: Row) -> float:
         """The exact/proxy ratio of the subset's nearest exact row over the same classes (fewest blocks
@@ -252,13 +293,20 @@ class Screen:
             self.ratios.setdefault((subset, _mask(row)), []).append((row, ratio))
             self.ratios.setdefault(_mask(row), []).append((row, ratio))
         self.version[subset] = self.version.get(subset, 0) + 1
+        self._changes[_mask(row)] = self._changes.get(_mask(row), 0) + 1
+        self._n_changes += 1
 
     def pair_cost(self, spec: PairSpec, src: Row, dst: Row) -> float:
         """A weight sync or transfer between two groups' rows (dst on the blocks after src's)."""
-        key = (spec.role, spec.nbytes, src, dst)
-        if key not in self._pairs:
-            self._pairs[key] = self.tables.pair_cost(spec, self.devices(src), self.devices(dst, after=src))
-        return self._pairs[key]
+        memo = self.pair_memo(spec)
+        if (src, dst) not in memo:
+            memo[(src, dst)] = self.tables.pair_cost(spec, self.devices(src), self.devices(dst, after=src))
+        return memo[(src, dst)]
+
+    def pair_memo(self, spec: PairSpec) -> dict[tuple[Row, Row], float]:
+        """(src row, dst row) → `pair_cost` of one kind of pair (its role and bytes), shared by every grouping:
+        the branch and bound reads it tens of thousands of times per search."""
+        return self._pairs.setdefault((spec.role, spec.nbytes), {})
 
     # --- branch and bound over one grouping ------------------------------------------------------
 
@@ -268,7 +316,7 @@ class Screen:
         """The KEEP best plans (value, rows per group) of grouping `gi` under the current tables and exact
         pair costs, leaving out the plans in `skip` (already scored); `whole`: rows of whole classes only."""
         grouping = self.groupings[gi]
-        tabs = [[(r, ph) for r, ph in self.table(s) if not whole or self._whole(r)] for s in grouping]
+        tabs = [self.whole_table(s) if whole else self.table(s) for s in grouping]
         if not all(tabs) or len(grouping) > sum(self.n_blocks):
             return []
         specs = self.tables.pair_specs(grouping)
@@ -278,11 +326,14 @@ class Screen:
         if train == gen:  # actor_train and generation share a group: the local reshard on its row
 
             def local(row: Row) -> float:
-                return self.tables.same_group_weight_sync(self.devices(row))
+                if row not in self._local:
+                    self._local[row] = self.tables.same_group_weight_sync(self.devices(row))
+                return self._local[row]
 
         overlap = self.tables.workload.mode == "async" and ("generation",) in grouping
         floor = self.tables.floor
-        return _branch_and_bound(tabs, specs, (gen, local), self.pair_cost, self.n_blocks, overlap, floor, skip)
+        pairs = (self.pair_cost, [self.pair_memo(spec) for spec in specs])
+        return _branch_and_bound(tabs, specs, (gen, local), pairs, self.n_blocks, overlap, floor, skip)
 
     def _search(self, gi: int, skip: set[tuple[Row, ...]]) -> _Search:
         versions = tuple(self.version.get(s, 0) for s in self.groupings[gi])
@@ -416,24 +467,26 @@ def _compose(span: Sequence[float], weight_sync: float, transfers: float, overla
     return iteration_s(span, (transfers, 0.0), weight_sync, overlap)
 
 
-def _branch_and_bound(tabs, specs, local_sync, pair_cost, capacity, overlap, floor, skip) -> list:
+def _branch_and_bound(tabs, specs, local_sync, pairs, capacity, overlap, floor, skip) -> list:
     """The KEEP best (value, rows per group) of one grouping.
 
-    `tabs[g]`: group g's feasible rows with their phase seconds; `specs`: the pair costs between groups
-    (`pair_cost(spec, src row, dst row)`); `local_sync`: (the generation group, the weight sync of a row
-    when actor_train shares it, or None). Depth-first over the groups, the most demanding first, each trying
-    its rows within the blocks left in increasing order of the value the row alone forces (its phases raised
-    to the remaining groups' lowest ones and the floor): a level stops at the first row that cannot beat the
-    KEEP-th best complete plan. A pair cost is added at the depth where its second group is placed. Written
+    `tabs[g]`: group g's feasible rows with their phase seconds; `specs`: the pair costs between groups;
+    `pairs`: (`pair_cost(spec, src row, dst row)`, per spec the memo it fills, read first); `local_sync`:
+    (the generation group, the weight sync of a row when actor_train shares it, or None). Depth-first over
+    the groups, the most demanding first, each trying its rows within the blocks left in increasing order of
+    the value the row alone forces (its phases raised to the remaining groups' lowest ones and the floor): a
+    level stops at the first row that cannot beat the KEEP-th best complete plan. A pair cost is added at the
+    depth where its second group is placed. Written
     out for three phases."""
     n = len(tabs)
     lowest = [tuple(min(ph[i] for _, ph in tab) for i in range(len(PHASES))) for tab in tabs]
     order = sorted(range(n), key=lambda g: (-max(lowest[g]), g))
     depth = {g: j for j, g in enumerate(order)}
     rest = [tuple(max([f, *(lowest[g][i] for g in order[j:])]) for i, f in enumerate(floor)) for j in range(n + 1)]
-    at_depth: list[list[PairSpec]] = [[] for _ in range(n)]
-    for spec in specs:
-        at_depth[max(depth[spec.src], depth[spec.dst])].append(spec)
+    pair_cost, memos = pairs
+    at_depth: list[list[tuple]] = [[] for _ in range(n)]  # (spec, src, dst, weight sync?, memo), in spec order
+    for spec, memo in zip(specs, memos, strict=True):
+        at_depth[max(depth[spec.src], depth[spec.dst])].append((spec, spec.src, spec.dst, spec.weight_sync, memo))
     gen, local = local_sync
     # Rows as integers with one field per class and a guard bit on top of each field: a row fits in `left`
     # exactly when subtracting it from `left` with every guard set borrows from no guard.
@@ -447,11 +500,12 @@ def _branch_and_bound(tabs, specs, local_sync, pair_cost, capacity, overlap, flo
     for j, g in enumerate(order):
         r0, r1, r2 = rest[j + 1]
         items = [
-            (_compose((max(p0, r0), max(p1, r1), max(p2, r2)), 0.0, 0.0, overlap), row, p0, p1, p2)
+            (iteration_s((max(p0, r0), max(p1, r1), max(p2, r2)), (0.0, 0.0), 0.0, overlap), row, p0, p1, p2)
             for row, (p0, p1, p2) in tabs[g]
         ]
         items.sort(key=lambda item: item[:2])
-        levels.append((items, np.array([code(item[1]) for item in items], dtype=np.int64)))
+        ints = [code(item[1]) for item in items]
+        levels.append((items, np.array(ints, dtype=np.int64), ints, [item[0] for item in items]))
     kept: list[tuple[float, tuple[Row, ...]]] = []  # the KEEP best so far, as a max-heap (values negated)
     nodes = 0
     chosen: list[Row] = [()] * n
@@ -460,29 +514,32 @@ def _branch_and_bound(tabs, specs, local_sync, pair_cost, capacity, overlap, flo
         nonlocal nodes
         r0, r1, r2 = rest[j + 1]
         g = order[j]
-        items, codes = levels[j]
-        for i in np.flatnonzero(((left | guard) - codes) & guard == guard).tolist():  # the rows that fit
+        items, codes, ints, forced_of = levels[j]
+        pairs_here = at_depth[j]
+        for i in _fitting(left, guard, codes, bisect.bisect_left(forced_of, _cutoff(kept))):
             forced, row, p0, p1, p2 = items[i]
-            cutoff = -kept[0][0] if len(kept) == KEEP else math.inf
+            cutoff = _cutoff(kept)
             if forced >= cutoff or nodes >= NODES:
                 return
             chosen[g] = row
             w, t = ws, tr
             if local is not None and g == gen:
                 w += local(row)
-            for spec in at_depth[j]:
-                cost = pair_cost(spec, chosen[spec.src], chosen[spec.dst])
-                if spec.weight_sync:
+            for spec, src, dst, sync, memo in pairs_here:
+                cost = memo.get((chosen[src], chosen[dst]))
+                if cost is None:
+                    cost = pair_cost(spec, chosen[src], chosen[dst])
+                if sync:
                     w += cost
                 else:
                     t += cost
             n0, n1, n2 = max(s0, p0), max(s1, p1), max(s2, p2)
-            value = _compose((max(n0, r0), max(n1, r1), max(n2, r2)), w, t, overlap)
+            value = iteration_s((max(n0, r0), max(n1, r1), max(n2, r2)), (t, 0.0), w, overlap)  # as `_compose`
             if value >= cutoff:
                 continue
             nodes += 1
             if j + 1 < n:
-                visit(j + 1, left - int(codes[i]), n0, n1, n2, w, t)
+                visit(j + 1, left - ints[i], n0, n1, n2, w, t)
             elif tuple(chosen) not in skip:
                 heapq.heappush(kept, (-value, tuple(chosen)))
                 if len(kept) > KEEP:
@@ -491,3 +548,14 @@ def _branch_and_bound(tabs, specs, local_sync, pair_cost, capacity, overlap, flo
     visit(0, code(tuple(capacity)), 0.0, 0.0, 0.0, 0.0, 0.0)
     visit = None  # a recursive closure is a cycle (its cell holds it) keeping pair_cost's Screen, Tables, CostModel
     return sorted((-v, rows) for v, rows in kept)
+
+
+def _cutoff(kept: list[tuple[float, tuple[Row, ...]]]) -> float:
+    """The value a plan must beat to be kept: the KEEP-th best so far (inf until there are KEEP)."""
+    return -kept[0][0] if len(kept) == KEEP else math.inf
+
+
+def _fitting(left: int, guard: int, codes, end: int) -> list[int]:
+    """Indices below `end` of the rows (`codes`, in the level's order) that fit in `left`, in order. `end`: the
+    first row whose forced value is at the cutoff (no later row can be kept: the level stops there anyway)."""
+    return np.flatnonzero(((left | guard) - codes[:end]) & guard == guard).tolist()
