@@ -113,22 +113,47 @@ def uniform_subsets(tables: Tables, devices: tuple[str, ...]) -> list[tuple[str,
     return list(dict.fromkeys([devices, *subsets]))
 
 
-def why_not(tables: Tables, tasks: tuple[TaskName, ...], devices: tuple[str, ...]) -> str:
-    """Why no uniform subset of `devices` holds `tasks` together: the first task without a layout that fits
-    next to its group mates, with the violation of its largest layout on the largest subset."""
-    subset = devices
+def _overflow(tables: Tables, placement: TaskPlacement, others: tuple[TaskName, ...]) -> tuple[float, str | None]:
+    """How far `placement` is from fitting next to `others`: 0 where it fits, else its fullest device's need
+    over its memory (at least just above 1: a violation that is not memory still fails), with the violation."""
+    est = tables.cm.task(placement, others)
+    if est.violation is None:
+        return 0.0, None
+    fill = max((b / tables.spec_of[d][1] for d, b in est.memory_bytes.items() if d in tables.spec_of), default=0.0)
+    return max(fill, 1.0 + 1e-9), est.violation
+
+
+def closest(tables: Tables, tasks: tuple[TaskName, ...], devices: tuple[str, ...]) -> tuple[float, str]:
+    """Why no uniform subset of `devices` holds `tasks` together, from the subset that comes closest: per
+    subset, each task's least overflow over its layouts (next to its group mates); the subset whose worst task
+    overflows least (the larger on ties), and that task's violation. (score, reason); score 0 where each
+    task fits alone but not together. Before, the first subset's first failing task was named, which could be
+    one that fits elsewhere: generation on all 30 GPUs of held-out u19 (one layout there, TP 1) while
+    training was what fit nowhere."""
+    best: tuple[float, str] | None = None
     for subset in uniform_subsets(tables, devices):
-        if all(homogeneous_layouts(tables, t, subset) for t in tasks):
-            break
-    for t in tasks:
-        others = tuple(u for u in tasks if u != t)
-        options = homogeneous_layouts(tables, t, subset)
-        if not options:
-            return f"{t} has no uniform TP/PP layout on the {len(subset)} devices"
-        violation = tables.cm.task(options[-1], others).violation
-        if violation:
-            return violation
-    return f"{', '.join(tasks)} fit one by one but not together on the {len(subset)} devices"
+        worst: tuple[float, str] = (
+            0.0,
+            f"{', '.join(tasks)} fit one by one but not together on the {len(subset)} devices",
+        )
+        for t in tasks:
+            options = homogeneous_layouts(tables, t, subset)
+            if not options:
+                worst = max(worst, (math.inf, f"{t} has no uniform TP/PP layout on the {len(subset)} devices"))
+                continue
+            others = tuple(u for u in tasks if u != t)
+            least = min((_overflow(tables, lay, others) for lay in options), key=lambda o: o[0])
+            if least[1] is not None:
+                worst = max(worst, (least[0], least[1]))
+        if best is None or worst[0] < best[0]:
+            types = sorted({tables.spec_of[d][0].removeprefix("NVIDIA ") for d in subset})
+            best = (worst[0], f"closest on {len(subset)} devices ({', '.join(types)}): {worst[1]}")
+    return best if best is not None else (math.inf, f"no devices for {', '.join(tasks)}")
+
+
+def why_not(tables: Tables, tasks: tuple[TaskName, ...], devices: tuple[str, ...]) -> str:
+    """Why no uniform subset of `devices` holds `tasks` together (`closest`)."""
+    return closest(tables, tasks, devices)[1]
 
 
 def size_largest(
@@ -179,11 +204,8 @@ def _generation_type_counts(types: int) -> list[int]:
     return sorted({1, 2, types - 2, types - 1})
 
 
-def streamrl(tables: Tables) -> BaselinePlan | None:
-    """Generation apart from the rest, one device type per side where possible; best type-wise split."""
-    rest = tuple(t for t in tables.tasks if t != "generation")
-    if not rest:
-        return None
+def _splits(tables: Tables) -> list[tuple[tuple[str, ...], tuple[str, ...], str]]:
+    """The StreamRL-like baseline's (generation side, other side, label) splits (module docstring)."""
     devices = ordered_devices(tables)
     by_type: dict[str, list[str]] = {}
     for d in devices:
@@ -206,8 +228,16 @@ def streamrl(tables: Tables) -> BaselinePlan | None:
                 gen = devices[:cut]
             other = tuple(d for d in devices if d not in set(gen))
             splits.append((gen, other, f"generation on {len(gen)} of {len(devices)} devices"))
+    return list(dict.fromkeys(splits))
+
+
+def streamrl(tables: Tables) -> BaselinePlan | None:
+    """Generation apart from the rest, one device type per side where possible; best type-wise split."""
+    rest = tuple(t for t in tables.tasks if t != "generation")
+    if not rest:
+        return None
     best: BaselinePlan | None = None
-    for gen, other, label in dict.fromkeys(splits):
+    for gen, other, label in _splits(tables):
         plan = _score(tables, "streamrl", [("generation",), rest], [gen, other])
         if plan is not None and (best is None or plan.iteration_s < best.iteration_s):
             plan.note = f"{label}; {plan.note}" if plan.note else label
@@ -225,10 +255,13 @@ def failure(tables: Tables, name: str) -> str:
         return "the workload has no task besides generation to put on a second group"
     if len(devices) < 2:
         return "generation and the other tasks need two groups, and the cluster has one device"
-    return (
-        "no split of the device types (or hosts) holds generation on one side and "
-        f"{', '.join(rest)} on the other; on all devices: {why_not(tables, ('generation',), devices)}"
-    )
+    sides = []  # per split, the side further from fitting
+    for gen, other, label in _splits(tables):
+        side = max(closest(tables, ("generation",), gen), closest(tables, rest, other))
+        sides.append((side[0], f"{label}; {side[1]}"))
+    why = min(sides)[1] if sides else why_not(tables, ("generation",), devices)
+    head = "no split of the device types (or hosts) holds generation on one side and"
+    return f"{head} {', '.join(rest)} on the other; the nearest: {why}"
 
 
 BASELINES = {"verl": verl, "streamrl": streamrl}

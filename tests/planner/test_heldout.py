@@ -1,0 +1,86 @@
+"""Issue 24's planner targets on held-out settings: `bench/uneven_suite.py settings(30, seed=1)`, which no one
+tuned on (seed 0's 40 settings shaped the hybrid, the estimate and the baselines; docs/benchmarks.md
+"Held-out uneven settings (seed 1)"). Each cluster here is one generated setting, copied out so the tests do
+not move if the generator does; the smallest that shows each defect."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetrl_cli.artifacts.workload import Workload
+from hetrl_cli.errors import Infeasible
+from hetrl_cli.planner.api import make_plan
+from hetrl_cli.profiling.catalog import profile_from_cluster
+
+LAN = {"bandwidth": "100Gbps", "latency": "0.1ms"}
+
+
+def cluster(name: str, groups: list[tuple[str, int, int, str]], wan: str, latency: str) -> dict:
+    """A suite cluster.yaml as a dict: (gpu, gpus_per_node, nodes, region) per node group."""
+    node_groups = [
+        {"gpu": gpu, "gpus_per_node": size, "nodes": nodes, "region": region, "name_prefix": f"g{k}-{short}"}
+        for k, (gpu, size, nodes, region) in enumerate(groups)
+        for short in [gpu.split()[0].lower()]
+    ]
+    network = {"intra_region": LAN, "inter_region": {"default": {"bandwidth": wan, "latency": latency}}}
+    return {"name": name, "node_groups": node_groups, "network": network}
+
+
+U24 = cluster(
+    "u24", [("L40S", 8, 2, "r0"), ("L4", 5, 2, "r0"), ("A10G", 3, 1, "r0"), ("V100", 8, 1, "r0")], "10Gbps", "20ms"
+)
+U24_WORKLOAD = {"algorithm": "grpo", "mode": "async", "actor": {"arch": "qwen3-1.7b"}}
+
+
+def setting(cluster_dict: dict, workload: dict):
+    return profile_from_cluster(cluster_dict), Workload.model_validate(workload)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="planner/hybrid.py (engineer 4): on clusters of WHOLE_HOSTS_FROM (6) sub-hosts or more the genome moves "
+    "whole hosts; u24's ILP optimum (half granularity) gives generation 4 of an 8-GPU L40S host and training "
+    "the other 4 (30.57 s/it); the hybrid's best is 31.39 s/it (0.974) from 32 to 1024 evaluations and at 10 s",
+)
+def test_the_hybrid_reaches_the_half_host_optimum_on_u24():
+    """Held-out u24 (GRPO async 1.7B, 37 GPUs on 6 hosts, one region): hybrid ≥ 0.99 × the ILP's proven
+    optimum at a fixed number of evaluations (the target says at 10 s; evaluations make it load-free)."""
+    profile, workload = setting(U24, U24_WORKLOAD)
+    exact = make_plan(profile, workload, solver="ilp", budget_s=60, seed=0)
+    assert exact.solver.status == "optimal"
+    hybrid = make_plan(profile, workload, solver="hybrid", budget_s=600, max_evals=256, seed=0)
+    assert exact.cost.iteration_s / hybrid.cost.iteration_s >= 0.99
+
+
+U19 = cluster(
+    "u19",
+    [("V100", 6, 1, "r1"), ("RTX 4090", 3, 2, "r0"), ("RTX 4090", 6, 1, "r0"), ("H200", 4, 1, "r1"),
+     ("A100 80GB", 4, 1, "r0"), ("A100 80GB", 2, 2, "r1")],
+    "10Gbps",
+    "60ms",
+)  # fmt: skip
+U19_WORKLOAD = {
+    "algorithm": "ppo",
+    "mode": "async",
+    "actor": {"arch": "qwen3-14b"},
+    "critic": {"arch": "qwen3-14b"},
+    "reward": {"arch": "qwen3-8b"},
+}
+
+
+@pytest.mark.parametrize("baseline", ["verl", "streamrl"])
+def test_a_baseline_that_fails_names_the_task_that_fits_nowhere(baseline):
+    """Held-out u19 (PPO async 14B actor and critic, 8B reward; 30 GPUs of four types, hosts of 2, 3, 4 and 6):
+    the hybrid plans, neither baseline does, because training with its five group mates' states fits on no
+    uniform subset. Before, both named generation on all 30 GPUs (TP 1 there: 532 GB on one H200, "use more
+    devices"), which fits with TP 4 on the H200 host: the cause must be the task that fits nowhere, and
+    where it comes closest."""
+    profile, workload = setting(U19, U19_WORKLOAD)
+    with pytest.raises(Infeasible) as caught:
+        make_plan(profile, workload, solver=baseline, budget_s=60)
+    message = str(caught.value)
+    assert "None" not in message and "\n" not in message, message
+    cause = message.split(" needs ", 1)[1]
+    assert cause.split(" for ", 1)[1].startswith(("actor_train", "critic_train")), message
+    assert "closest on " in message and "GB" in message, message
