@@ -24,6 +24,7 @@ part holds, and the part's per-class rates added up (load-balanced data parallel
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import itertools
 import math
@@ -62,6 +63,9 @@ MARGIN = 0.1
 score (a proxy errs by about this much either way), not only while they could beat it."""
 KEEP = 3
 """Best plans the branch and bound returns per grouping (the first is searched on; the rest seed the arm)."""
+SMALL_LEVEL = 64
+"""The branch and bound tests up to this many rows of a level for fit in Python, more with numpy (its call costs
+about as much as 64 Python tests)."""
 NODES = 20_000
 """Branch-and-bound nodes per search of one grouping (pure arithmetic; a 5-group grouping on 5 classes has
 millions of plans)."""
@@ -494,7 +498,7 @@ def _branch_and_bound(tabs, specs, local_sync, pairs, capacity, overlap, floor, 
     guard = sum(1 << (c * width + width - 1) for c in range(len(capacity)))
 
     def code(row: Row) -> int:
-        return sum(x << (c * width) for c, x in enumerate(row))
+        return _code(row, width)
 
     levels = []  # per depth: its rows in increasing forced value, and their codes as an array (the fit test)
     for j, g in enumerate(order):
@@ -516,15 +520,18 @@ def _branch_and_bound(tabs, specs, local_sync, pairs, capacity, overlap, floor, 
         g = order[j]
         items, codes, ints, forced_of = levels[j]
         pairs_here = at_depth[j]
-        for i in _fitting(left, guard, codes, bisect.bisect_left(forced_of, _cutoff(kept))):
+        local_here = local if local is not None and g == gen else None
+        deeper = j + 1 < n
+        cutoff = -kept[0][0] if len(kept) == KEEP else math.inf
+        for i in _fitting(left, guard, codes, ints, bisect.bisect_left(forced_of, cutoff)):
             forced, row, p0, p1, p2 = items[i]
-            cutoff = _cutoff(kept)
+            cutoff = -kept[0][0] if len(kept) == KEEP else math.inf
             if forced >= cutoff or nodes >= NODES:
                 return
             chosen[g] = row
             w, t = ws, tr
-            if local is not None and g == gen:
-                w += local(row)
+            if local_here is not None:
+                w += local_here(row)
             for spec, src, dst, sync, memo in pairs_here:
                 cost = memo.get((chosen[src], chosen[dst]))
                 if cost is None:
@@ -533,12 +540,14 @@ def _branch_and_bound(tabs, specs, local_sync, pairs, capacity, overlap, floor, 
                     w += cost
                 else:
                     t += cost
-            n0, n1, n2 = max(s0, p0), max(s1, p1), max(s2, p2)
-            value = iteration_s((max(n0, r0), max(n1, r1), max(n2, r2)), (t, 0.0), w, overlap)  # as `_compose`
+            # max() written out (the first of equals, as max returns): this line runs ~10^5 times per screen
+            n0, n1, n2 = p0 if p0 > s0 else s0, p1 if p1 > s1 else s1, p2 if p2 > s2 else s2
+            spans = (r0 if r0 > n0 else n0, r1 if r1 > n1 else n1, r2 if r2 > n2 else n2)
+            value = iteration_s(spans, (t, 0.0), w, overlap)  # as `_compose`
             if value >= cutoff:
                 continue
             nodes += 1
-            if j + 1 < n:
+            if deeper:
                 visit(j + 1, left - ints[i], n0, n1, n2, w, t)
             elif tuple(chosen) not in skip:
                 heapq.heappush(kept, (-value, tuple(chosen)))
@@ -550,12 +559,18 @@ def _branch_and_bound(tabs, specs, local_sync, pairs, capacity, overlap, floor, 
     return sorted((-v, rows) for v, rows in kept)
 
 
-def _cutoff(kept: list[tuple[float, tuple[Row, ...]]]) -> float:
-    """The value a plan must beat to be kept: the KEEP-th best so far (inf until there are KEEP)."""
-    return -kept[0][0] if len(kept) == KEEP else math.inf
+@functools.lru_cache(maxsize=1 << 16)
+def _code(row: Row, width: int) -> int:
+    """A row as one integer, `width` bits per class (the branch and bound's fit test; every search codes the same
+    rows again)."""
+    return sum(x << (c * width) for c, x in enumerate(row))
 
 
-def _fitting(left: int, guard: int, codes, end: int) -> list[int]:
-    """Indices below `end` of the rows (`codes`, in the level's order) that fit in `left`, in order. `end`: the
-    first row whose forced value is at the cutoff (no later row can be kept: the level stops there anyway)."""
-    return np.flatnonzero(((left | guard) - codes[:end]) & guard == guard).tolist()
+def _fitting(left: int, guard: int, codes, ints: list[int], end: int) -> list[int]:
+    """Indices below `end` of the rows (`codes` as an array, `ints` as a list, in the level's order) that fit in
+    `left`, in order. `end`: the first row whose forced value is at the cutoff (no later row can be kept: the
+    level stops there anyway). A few rows are tested in Python, more at once with numpy."""
+    spare = left | guard
+    if end <= SMALL_LEVEL:
+        return [i for i in range(end) if (spare - ints[i]) & guard == guard]
+    return np.flatnonzero((spare - codes[:end]) & guard == guard).tolist()
