@@ -8,6 +8,7 @@ optimum, and on a large cluster below every plan any solver finds."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import subprocess
 import sys
@@ -372,3 +373,69 @@ def test_the_generation_floor_reads_kv_at_each_sequences_own_context(resp_mean, 
     assert floor == pytest.approx(model, rel=1e-6)
     if resp_tail > resp_mean:
         assert floor > n_seq * resp_mean * resp_mean / 2 * 1.05
+
+
+def test_a_trainer_over_two_regions_adds_its_all_reduce():
+    """A trainer whose devices span both regions with DP ≥ 2 pays its gradient all-reduce across them on top of
+    its slowest replica (training.py). On every layout of every whole-host pool over both regions: the floor's
+    all-reduce is below the cost model's (and within 2.1× of it on one: a floor 2.5× too high fails), the
+    layout's time above the floor; and the floor adds it exactly where DP 1 cannot hold the devices."""
+    from hetrl_cli.planner.space import host_chunks, layouts, max_pp_of, place
+
+    spec = ModelSpec(arch="qwen3-1.7b")
+    t = tables_for(cluster("uneven", UNEVEN), Workload(algorithm="ppo", mode="sync", actor=spec, critic=spec))
+    floors = task_floors(t)
+    tightest, forced = float("inf"), 0
+    for pool in enumerate_pools(t.classes, "host"):
+        counts = [w * c.per_host + p for (w, p), c in zip(pool, t.classes, strict=True)]
+        if len({c.region for c, n in zip(t.classes, counts, strict=True) if n}) < 2:
+            continue
+        devices = allocate(t.classes, [pool])[0]
+        chunks = host_chunks(devices, t.host_of)
+        for task in ("actor_train", "critic_train"):
+            fl = floors[task]
+            floor = fl.allreduce_s(counts)
+            for layout in layouts([len(c) for c in chunks], t.shapes[task], True, max_pp_of(task)):
+                est = t.task_estimate(place(task, chunks, layout), ())
+                if est.violation is not None:
+                    continue
+                assert fl.value(counts) <= est.cost.total_s * (1 + 1e-9), (task, pool, layout)
+                if len(est.placement.replicas) > 1:
+                    assert floor <= est.terms["dp_allreduce"] * (1 + 1e-9), (task, pool, layout)
+                    tightest = min(tightest, est.terms["dp_allreduce"] / floor)
+            held = [k for k, n in enumerate(counts) if n]
+            if sum(counts) > min(fl.layout_tp[k] for k in held) * fl.depth:  # DP ≥ 2 on every layout
+                forced += 1
+                bare = dataclasses.replace(fl, wan_grad=0.0)
+                assert fl.value(counts) == pytest.approx(bare.value(counts) + floor)
+    assert tightest < 2.5, tightest
+    assert forced > 5, forced
+
+
+TWO_REGIONS = [  # 3-GPU hosts (TP 1): 18 devices need DP ≥ 2 (pp ≤ 16), so a trainer on both regions all-reduces
+    {"gpu": "A100 80GB", "gpus_per_node": 3, "nodes": 3, "region": "r1"},
+    {"gpu": "A100 80GB", "gpus_per_node": 3, "nodes": 3, "region": "r2"},
+]
+
+
+def test_the_relaxation_with_the_cross_region_all_reduce_is_below_the_ilp_optimum():
+    """The full ILP's optimum trains over both regions with DP ≥ 2; the relaxation's all-reduce rows raise the
+    bound of its grouping, which stays below the optimum, and the same rows 20× too high would exceed it."""
+    from hetrl_cli.planner.bound import grouping_bound
+
+    t = tables_for(cluster("two-regions", TWO_REGIONS), workload("grpo", "sync"))
+    result, _space, _note = solve_ilp(t, Budget(60), granularity="host")
+    assert result.status == "optimal" and result.options is not None and result.grouping is not None
+    [trainer] = [p for opt in result.options for p in opt.placements if p.task == "actor_train"]
+    region = {d: c.region for c in t.classes for host in c.devices for d in host}
+    assert len(trainer.replicas) > 1 and len({region[d] for r in trainer.replicas for s in r for d in s}) == 2
+    floors = task_floors(t)
+
+    def bound(scale: float) -> float:
+        scaled = {k: dataclasses.replace(f, wan_grad=f.wan_grad * scale) for k, f in floors.items()}
+        return grouping_bound(t, scaled, result.grouping, time.monotonic() + 30, integer=True)[0]
+
+    assert bound(0.0) < bound(1.0) <= result.objective * (1 + 1e-9)
+    assert bound(20.0) > result.objective
+    relaxed = space_bound(t, time.monotonic() + 30)
+    assert relaxed.complete and 0 < relaxed.bound <= result.objective * (1 + 1e-9)

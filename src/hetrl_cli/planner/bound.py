@@ -41,6 +41,14 @@ Why each floor is ≤ the cost model's time of the task, on any device set of th
   every trainer's optimizer state (ZeRO shards add up to one copy) unless that trainer offloads it, and an
   offloading trainer's copies take ≥ 2 × its optimizer bytes / HOST_DEVICE_Bps over its devices (the most a
   device copies is ≥ the average). A binary per trainer picks (LP: relaxed); the cheap bound ignores memory.
+- **A trainer over two regions** (`TaskFloor.spread_layout`): with DP 1 a pipeline hop crosses regions (its
+  hops, a floor on the replica alone); with DP ≥ 2 the gradient all-reduce's ring spans every host the task
+  uses, so it crosses a link between regions (at most the fastest), and it *adds* to the slowest replica's
+  time (`costmodel/training.py`): ≥ frac · G / β + α an epoch, where frac (the most positions one host holds /
+  tp·pp) ≥ 1/pp ≥ max(1/depth, 2/n) and ≥ c/n for a host with c devices (they hold ≥ c/dp of the n/dp
+  positions; c ≥ the odd part of its class's GPUs per sub-host). DP 1 needs n = tp·pp ≤ TP · depth for a TP
+  every class present allows; where it cannot, the all-reduce adds. In the MILP: binaries for DP 1 and
+  presence per class, the c/n terms as convex ratios switched on by them (big-M at their value at n = 1).
 - **Weight syncs** (`sync_floors`): each sync's per-tensor host work at the least host slowdown, plus its
   bytes: between groups (disjoint devices) a broadcast at the fastest link, at the fastest link between
   regions where the inference group holds a region the training group does not; in one group the less of
@@ -67,6 +75,9 @@ from hetrl_cli.planner.search import Subset
 
 CUT_ROUNDS = 25
 """Kelley rounds per grouping at most (each adds the tangents its solution violates)."""
+MIP_GAP = 0.01
+"""HiGHS's relative gap for a grouping's MILP: its proven (dual) bound is what counts, so a 1 % gap costs the
+bound at most 1 % of that grouping and frees time for the others."""
 CUT_TOLERANCE = 1e-4
 """A floor under-estimated by less than this share at the MILP's solution gets no new cut."""
 
@@ -113,6 +124,20 @@ class TaskFloor:
     bandwidth over its devices."""
     sums: tuple[tuple[tuple[Ratio, ...], float], ...] = ()
     """Floors that add: T ≥ Σ ratios + seconds (generation's decode reads, prefill and tail; module docstring)."""
+    wan_grad: float = 0.0
+    """A trainer over two regions or more with DP ≥ 2: its gradient all-reduce crosses regions and *adds* to its
+    slowest replica's time, ≥ `wan_grad` · frac + `wan_latency` (`allreduce_s`; module docstring); 0 where it
+    may not (ZeRO-3's gathers, one region)."""
+    wan_latency: float = 0.0
+    chunk: tuple[int, ...] = ()
+    """Per class, the fewest devices a device set holding it has on one of its hosts (the odd part of its GPUs
+    per sub-host: the least of the halving parts)."""
+    hops: float = 0.0
+    """The same trainer with DP 1: its pipeline hops across regions (a floor on the replica's time alone)."""
+    layout_tp: tuple[int, ...] = ()
+    """Per class, the largest TP a trainer's device set holding it allows (DP 1 needs n ≤ TP · `depth`)."""
+    depth: int = 0
+    """The most pipeline stages a trainer's layout has."""
 
     def tail(self, counts) -> float:
         """max over the classes present of per_class, at the least TP they allow together (and the spread
@@ -129,7 +154,29 @@ class TaskFloor:
     def value(self, counts) -> float:
         summed = (sum(r.value(counts) for r in parts) + extra for parts, extra in self.sums)
         best = max([self.tail(counts), *(r.value(counts) for r in self.ratios), *summed])
-        return self.const + best + sum(r.value(counts) for r in self.added)
+        return self.const + self.spread_layout(counts, best) + sum(r.value(counts) for r in self.added)
+
+    def spread_layout(self, counts, best: float) -> float:
+        """`best` (the slowest replica's floor) with the cross-region all-reduce added where the device set
+        lies in two regions or more: DP ≥ 2 where n > TP · depth for every TP it allows, else the less of that
+        and the DP-1 floor (its hops)."""
+        held = [k for k, n in enumerate(counts) if n > 0]
+        if not self.wan_grad or not held or len({self.regions[k] for k in held}) < 2:
+            return best
+        allreduce = self.allreduce_s(counts)
+        tp = min(self.layout_tp[k] for k in held)
+        if sum(counts) > tp * self.depth:
+            return best + allreduce
+        return min(best + allreduce, max(best, self.hops))
+
+    def allreduce_s(self, counts) -> float:
+        """The cross-region all-reduce's floor on a device set with DP ≥ 2: the bytes one host's shards move,
+        frac · G with frac ≥ 1/pp, pp ≤ depth and ≤ n/2 (dp ≥ 2), and frac ≥ c/n for every host's c devices
+        (they hold ≥ c/dp of the tp·pp = n/dp positions)."""
+        n = sum(counts)
+        most = max([2.0, *(self.chunk[k] for k, c in enumerate(counts) if c > 0)])
+        frac = min(1.0, max(1.0 / self.depth, most / n))
+        return self.wan_grad * frac + self.wan_latency
 
 
 def class_rates(tables) -> tuple[list[float], list[float], list[float], list[bool], list[int]]:
@@ -162,19 +209,37 @@ def _max_tp(shape, gpus: int, divides: bool) -> int:
     return best
 
 
-def _spread_floor(tables, consts, arch, grads: float) -> float:
+def _class_tp(tables, task: TaskName, host_gpus: list[int]) -> list[int]:
+    """Per class, the largest TP of `task` a device set holding it allows: TP divides every host's chunk (whole
+    sub-hosts or halving parts: at most the sub-host's power of two); on hosts with other kinds too, at most
+    the host's GPUs."""
+    shape = tables.shapes[task]
+    return [
+        _max_tp(shape, g, False) if g else _max_tp(shape, c.per_host, True)
+        for g, c in zip(host_gpus, tables.classes, strict=True)
+    ]
+
+
+def _odd(gpus: int) -> int:
+    """The odd part of `gpus`: the least of its halving parts (`DeviceClass.parts`)."""
+    while gpus % 2 == 0 and gpus > 1:
+        gpus //= 2
+    return gpus
+
+
+def _spread_floor(tables, consts, arch, grads: float) -> tuple[float, float, float]:
     """A training task on devices in two regions or more: with one replica (DP 1), a pipeline hop crosses
     regions and carries every micro-batch's activations (forward and gradient: passes · sends · N · seq · h ·
     bytes over the hop at most the fastest link between regions, + one latency per micro-batch and send);
     with DP ≥ 2, the gradient all-reduce's ring
-    spans every host the task uses and so crosses regions, moving ≥ frac · G bytes, frac ≥ 1/pp (a host holds
-    a whole TP group: tp of the tp·pp shards), pp ≤ min(16, layers). The less of the two; 0 on one region."""
-    from hetrl_cli.planner.space import max_pp_of
-
+    spans every host the task uses and so crosses regions (its bottleneck: at most the fastest link between
+    regions), moving ≥ frac · G bytes, frac ≥ 1/pp (a host holds a whole TP group: tp of the tp·pp shards),
+    pp ≤ min(16, layers) (and `TaskFloor.allreduce_s`): ≥ frac · G / β + α an epoch. (hops, epochs · G / β,
+    epochs · α); zeros on one region."""
     links, hosts = tables.cm.cluster.links, [h for c in tables.classes for h in c.hosts]
     crossing = [links.between(a, b) for a in hosts for b in hosts if links.region(a) != links.region(b)]
     if not crossing:
-        return 0.0
+        return 0.0, 0.0, 0.0
     fastest = max(link.bandwidth_Bps for link in crossing)
     latency = min(link.latency_s for link in crossing)
     step, w = tables.cm.step, tables.workload
@@ -182,9 +247,7 @@ def _spread_floor(tables, consts, arch, grads: float) -> float:
     micro_batches = step.n_samples / w.micro_batch  # m ≥ N / micro_batch on the one replica
     activations = step.n_samples * step.seq_mean * arch.hidden_size * step.act_bytes
     hops = sends * (activations / fastest + micro_batches * latency)
-    depth = min(max_pp_of("actor_train"), arch.num_layers)
-    allreduce = w.ppo_epochs * (grads / depth / fastest + latency)
-    return min(hops, allreduce)
+    return hops, w.ppo_epochs * grads / fastest, w.ppo_epochs * latency
 
 
 def _own_context(resp_mean: float, resp_tail: float) -> float:
@@ -217,13 +280,7 @@ def _generation_floor(tables, const: float) -> TaskFloor:
     weights = step.stage_params(arch, "lm", (arch.num_layers,), 0) * weight_bytes_per_param(w)
     kv = arch.kv_bytes_per_token(w.precision)
     kv_ctx = step.prompt_tokens + _own_context(step.resp_mean, step.resp_tail)
-    shape = tables.shapes["generation"]
-    # TP divides every host's chunk (whole sub-hosts or halving parts: at most the sub-host's power of
-    # two); on hosts with other kinds too, at most the host's GPUs
-    tp_max = [
-        _max_tp(shape, g, False) if g else _max_tp(shape, c.per_host, True)
-        for g, c in zip(host_gpus, tables.classes, strict=True)
-    ]
+    tp_max = _class_tp(tables, "generation", host_gpus)
     rates = []
     for k, (b, mem) in enumerate(zip(m, memory, strict=True)):
         # the KV cache holds at most this many sequences on a TP group of class k (no mates, no work space)
@@ -248,9 +305,10 @@ def task_floors(tables) -> dict[TaskName, TaskFloor]:
         optimizer_step_traffic_bytes_per_param,
         weight_bytes_per_param,
     )
+    from hetrl_cli.planner.space import max_pp_of
 
     cm, step, w = tables.cm, tables.cm.step, tables.workload
-    f, m, o, launches, _host_gpus = class_rates(tables)
+    f, m, o, launches, host_gpus = class_rates(tables)
     n = step.n_samples
     out: dict[TaskName, TaskFloor] = {}
     for task in tables.tasks:
@@ -283,7 +341,8 @@ def task_floors(tables) -> dict[TaskName, TaskFloor]:
             ratios.append(Ratio(n * dispatch / w.micro_batch, tuple(1.0 for _ in f)))
         added: tuple[Ratio, ...] = ()
         held = arch.param_count(head) * weight_bytes_per_param(w)
-        spread = 0.0
+        spread, hops, wan_grad, wan_latency, layout_tp = 0.0, 0.0, 0.0, 0.0, ()
+        depth = min(max_pp_of(task), arch.num_layers)
         resident, state, offload = 0.0, 0.0, None
         if task in TRAIN_TASKS:
             opt = w.ppo_epochs * arch.param_count(head) * optimizer_step_traffic_bytes_per_param(w)
@@ -291,13 +350,19 @@ def task_floors(tables) -> dict[TaskName, TaskFloor]:
             resident = held
             held += arch.param_count(head) * grad_bytes_per_param(w)
             grads = arch.param_count(head) * grad_bytes_per_param(w)
-            spread = _spread_floor(tables, consts, arch, grads)
+            hops, wan_grad, wan_latency = _spread_floor(tables, consts, arch, grads)
+            spread = min(hops, wan_grad / depth + wan_latency)
+            if w.sharding == "zero3":  # its gathers replace the all-reduce (training.py): not added here
+                wan_grad = 0.0
+            layout_tp = tuple(_class_tp(tables, task, host_gpus))
             state = arch.param_count(head) * optimizer_bytes_per_param(w)
             offload = Ratio(2 * state / C.HOST_DEVICE_Bps, tuple(1.0 for _ in f))
         regions = tuple(c.region for c in tables.classes)
         out[task] = TaskFloor(
-            const, per_class, tuple(ratios), added, held, None, spread, regions, resident, state, offload
-        )
+            const, per_class, tuple(ratios), added, held, None, spread, regions, resident, state, offload,
+            wan_grad=wan_grad, wan_latency=wan_latency, chunk=tuple(_odd(c.per_host) for c in tables.classes),
+            hops=hops, layout_tp=layout_tp, depth=depth,
+        )  # fmt: skip
     return out
 
 
@@ -419,7 +484,7 @@ class _CutModel:
 
         self.lp = lp = _Lp()
         self.integer_presence = integer
-        caps = [c.size for c in tables.classes]
+        self.caps = caps = [c.size for c in tables.classes]
         self.n = [[lp.var(0.0, float(cap)) for cap in caps] for _ in grouping]
         self.cuts: list[tuple[int, Ratio, list[int]]] = []  # (epigraph column, ratio, count columns)
         self.pending: list[tuple[dict[int, float], float, float]] = []
@@ -445,6 +510,8 @@ class _CutModel:
                         for k, cap in enumerate(caps):
                             lp.row({self.n[j][k]: 1.0, present[k]: -float(cap)}, upper=0.0)
                     self._tails(w, fl, present)
+                    if fl.wan_grad and len(set(fl.regions)) > 1:
+                        per_phase.setdefault(PHASE_OF[task], {})[self._spread_layout(j, w, fl, present)] = 1.0
                 for ratio in fl.ratios:
                     lp.row({w: 1.0, self._epigraph(ratio, j, caps): -1.0}, lower=0.0)
                 for parts, extra in fl.sums:
@@ -527,6 +594,40 @@ class _CutModel:
                 cols = [name[t] for part in lane for t in part if t in SPANS]
                 lp.row({self.T: 1.0, ws: -scale * syncs, **{c: -scale for c in cols}}, lower=0.0)
 
+    def _spread_layout(self, j: int, w: int, fl: TaskFloor, present: list[int]) -> int:
+        """A trainer of group j over two regions or more (`TaskFloor.spread_layout`): a column a ≥ all-reduce ·
+        (spread − one) that adds to its time, and w ≥ hops · (spread + one − 1), where spread ≥ held[r] +
+        held[r'] − 1 (held[r] ≥ present[k] for k in region r) and one = 1 (DP 1, binary in the MILP) only where
+        n ≤ TP · depth for the TP of every class present: Σ n ≤ layout_tp[i]·depth + N·(2 − one − present[i])."""
+        lp = self.lp
+        held = {r: lp.var(0.0, 1.0, integer=self.integer_presence) for r in sorted(set(fl.regions))}
+        for k, r in enumerate(fl.regions):
+            lp.row({held[r]: 1.0, present[k]: -1.0}, lower=0.0)
+        spread = lp.var(0.0, 1.0, integer=self.integer_presence)
+        for a, b in itertools.combinations(held.values(), 2):
+            lp.row({spread: 1.0, a: -1.0, b: -1.0}, lower=-1.0)
+        one = lp.var(0.0, 1.0, integer=self.integer_presence)
+        total = float(sum(self.caps))
+        for i, tp in enumerate(fl.layout_tp):
+            if tp * fl.depth < total:
+                row = {col: 1.0 for col in self.n[j]}
+                lp.row({**row, one: total, present[i]: total}, upper=tp * fl.depth + 2 * total)
+        added = lp.var()
+        least = fl.wan_grad / fl.depth + fl.wan_latency
+        lp.row({added: 1.0, spread: -least, one: least}, lower=0.0)
+        ones = tuple(1.0 for _ in self.caps)
+        for c in sorted({2, *fl.chunk}):  # added ≥ wan_grad·c/n + latency where c/n binds (`allreduce_s`)
+            if c < 2 or (c > 2 and c not in fl.chunk):
+                continue
+            e = self._epigraph(Ratio(fl.wan_grad * c, ones), j, self.caps)
+            most = fl.wan_grad * c + fl.wan_latency  # the term at n = 1: the row is idle where switched off
+            switches = [[]] if c == 2 else [[present[k]] for k, ck in enumerate(fl.chunk) if ck == c]
+            for extra in switches:
+                off = {spread: -most, one: most, **{col: -most for col in extra}}
+                lp.row({added: 1.0, e: -1.0, **off}, lower=fl.wan_latency - most * (1 + len(extra)))
+        lp.row({w: 1.0, spread: -fl.hops, one: -fl.hops}, lower=-fl.hops)
+        return added
+
     def _tails(self, w: int, fl: TaskFloor, present: list[int]) -> None:
         """w ≥ per_class[k] where class k is present; with a TP coupling, w ≥ per_class[k]·tp_of[k]/tp_of[i]
         where classes k and i are both present (tp_of[i] < tp_of[k]); w ≥ spread where two classes of
@@ -556,6 +657,7 @@ class _CutModel:
         lp, inf = self.lp, highspy.kHighsInf
         h = _quiet_highs(highspy)
         h.setOptionValue("threads", 1)
+        h.setOptionValue("mip_rel_gap", MIP_GAP)
         n = len(lp.lower)
         h.addVars(n, np.array([_inf(v, inf) for v in lp.lower]), np.array([_inf(v, inf) for v in lp.upper]))
         h.changeColCost(self.T, 1.0)
@@ -640,16 +742,29 @@ class _CutModel:
 
 
 def grouping_bound(
-    tables, floors, grouping: tuple[Subset, ...], deadline: float, stop_at: float = math.inf, integer: bool = False
+    tables,
+    floors,
+    grouping: tuple[Subset, ...],
+    deadline: float,
+    stop_at: float = math.inf,
+    integer: bool = False,
+    start: list[list[float]] | None = None,
 ) -> tuple[float, list[list[float]] | None]:
     """A lower bound on every plan of `grouping` and the relaxation's device counts per (group, class) (None
     where no LP was solved): Kelley rounds of `_CutModel` until no cut is violated or none gains, its bound
-    reaches `stop_at`, CUT_ROUNDS, or the `deadline` (time.monotonic()); at least the cheap bound."""
+    reaches `stop_at`, CUT_ROUNDS, or the `deadline` (time.monotonic()); at least the cheap bound. `start`:
+    device counts (the LP's) whose tangents the model gets first (fewer MILP rounds)."""
     best = cheap_bound(tables, floors, grouping)
     if best >= stop_at:
         return best, None
     model = _CutModel(tables, floors, grouping, integer)
-    counts, previous = None, -math.inf
+    if start is not None:  # every epigraph's tangent at these counts (an epigraph at 0 violates each)
+        values = [0.0] * len(model.lp.lower)
+        for cols, row in zip(model.n, start, strict=True):
+            for col, v in zip(cols, row, strict=True):
+                values[col] = v
+        model.refine(values)
+    counts, previous = start, -math.inf
     for _ in range(CUT_ROUNDS):
         left = deadline - time.monotonic()
         if left <= 0:
@@ -702,7 +817,8 @@ def space_bound(tables, deadline: float, incumbent: float | None = None) -> Spac
             if time.monotonic() >= deadline:
                 complete = complete and integer
                 break
-            value, solution = grouping_bound(tables, floors, g, deadline, stop_at=low, integer=integer)
+            start = counts.get(g) if integer else None
+            value, solution = grouping_bound(tables, floors, g, deadline, low, integer, start)
             best[g] = max(best[g], value)
             refined.add(g)
             if solution is not None:
