@@ -528,6 +528,11 @@ def _branch_and_bound(tabs, specs, local_sync, pairs, capacity, overlap, floor, 
             cutoff = -kept[0][0] if len(kept) == KEEP else math.inf
             if forced >= cutoff or nodes >= NODES:
                 return
+            # max() written out (the first of equals, as max returns): these lines run ~10^5 times per screen
+            n0, n1, n2 = p0 if p0 > s0 else s0, p1 if p1 > s1 else s1, p2 if p2 > s2 else s2
+            spans = (r0 if r0 > n0 else n0, r1 if r1 > n1 else n1, r2 if r2 > n2 else n2)
+            if pairs_here and cutoff < math.inf and iteration_s(spans, (tr, 0.0), ws, overlap) >= cutoff:
+                continue  # cannot be kept whatever this level's pair costs add: they are not worked out
             chosen[g] = row
             w, t = ws, tr
             if local_here is not None:
@@ -540,9 +545,6 @@ def _branch_and_bound(tabs, specs, local_sync, pairs, capacity, overlap, floor, 
                     w += cost
                 else:
                     t += cost
-            # max() written out (the first of equals, as max returns): this line runs ~10^5 times per screen
-            n0, n1, n2 = p0 if p0 > s0 else s0, p1 if p1 > s1 else s1, p2 if p2 > s2 else s2
-            spans = (r0 if r0 > n0 else n0, r1 if r1 > n1 else n1, r2 if r2 > n2 else n2)
             value = iteration_s(spans, (t, 0.0), w, overlap)  # as `_compose`
             if value >= cutoff:
                 continue
