@@ -84,3 +84,25 @@ def test_a_baseline_that_fails_names_the_task_that_fits_nowhere(baseline):
     cause = message.split(" needs ", 1)[1]
     assert cause.split(" for ", 1)[1].startswith(("actor_train", "critic_train")), message
     assert "closest on " in message and "GB" in message, message
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="planner/hybrid.py + cost.py (the capped search; not this part's files): under --max-cost-per-hour "
+    "a genome over the cap scores OVER_CAP_S x its price with no options, which changes the search's path; on "
+    "u19 at 128 evaluations it finds no plan under a cap of 1.01 x the hourly price of the plan the uncapped "
+    "search finds at the same 128 evaluations (exit 3: 'cheapest plan found ... 60.84 $/h' against 55.71)",
+)
+def test_a_cap_the_uncapped_plan_meets_still_plans():
+    """Held-out u19 (catalog prices for all four types): `--objective cost --max-evals 128` plans at 55.71 $/h;
+    with `--max-cost-per-hour` just above that, the same search must still plan, at no higher $/iteration.
+    (At 512 evaluations it does; `--objective time` under the same cap exits 3 at 128 too.)"""
+    profile, workload = setting(U19, U19_WORKLOAD)
+    free = make_plan(profile, workload, solver="hybrid", budget_s=600, max_evals=128, seed=0, objective="cost")
+    assert free.price is not None
+    cap = free.price.usd_per_hour * 1.01
+    capped = make_plan(
+        profile, workload, solver="hybrid", budget_s=600, max_evals=128, seed=0, objective="cost", max_cost_per_hour=cap
+    )
+    assert capped.price is not None and capped.price.usd_per_iteration <= free.price.usd_per_iteration * (1 + 1e-9)
