@@ -439,8 +439,8 @@ class Hybrid:
         if stop_on_plan:
             budget.found = lambda: run.best is not None
         scored = [(grouping, self.evaluate(grouping, genome, budget)) for grouping, genome in seeds]
-        self._first_arms(run)
         run.screened = self.screen(run.groupings, budget)
+        self._first_arms(run)  # after the screen (its first plan comes sooner), before its arms: the same draws
         self._screened_arms(run)
         for grouping, cand in scored:
             gi = run.groupings.index(grouping)
