@@ -190,13 +190,14 @@ def load_workload(path: str | Path) -> Workload:
     import yaml
 
     from hetrl_cli.artifacts.io import read_text, validate_json
+    from hetrl_cli.artifacts.yamltext import load_yaml_text
 
     where = "<stdin>" if str(path) == "-" else str(path)
     text = read_text(path)
     if not text.strip():
         raise BadInput(f"{where}: no input (empty); pass a workload file or pipe one in")
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_text(text, where)  # aliases counted expanded: a YAML bomb is refused, not expanded
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark else ""

@@ -39,6 +39,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from hetrl_cli.artifacts.base import Strict
 from hetrl_cli.artifacts.io import format_validation_error, read_text
 from hetrl_cli.artifacts.profile import ClusterProfile, Device, Host, IntraLink, Link, LinkKind
+from hetrl_cli.artifacts.yamltext import load_yaml_text
 from hetrl_cli.errors import BadInput
 from hetrl_cli.profiling.links import parse_bandwidth, parse_latency
 
@@ -329,7 +330,7 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 def _load_yaml(text: str, where: str) -> Any:
     """YAML text → Python data; errors as `where:line: what`."""
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+        return load_yaml_text(text, where, _UniqueKeyLoader)  # a SafeLoader subclass; YAML bombs refused
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
