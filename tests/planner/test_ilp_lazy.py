@@ -9,6 +9,7 @@ optimum, and on a large cluster below every plan any solver finds."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import subprocess
 import sys
@@ -439,3 +440,22 @@ def test_the_relaxation_with_the_cross_region_all_reduce_is_below_the_ilp_optimu
     assert bound(20.0) > result.objective
     relaxed = space_bound(t, time.monotonic() + 30)
     assert relaxed.complete and 0 < relaxed.bound <= result.objective * (1 + 1e-9)
+
+
+def test_a_grouping_whose_milp_reaches_the_cutoff_is_passed_over_at_it():
+    """The MILP pass prunes at the least bound so far (`stop_at`): a grouping proven at or above it counts at
+    the cutoff (never above its own bound), one below it gets its own bound as without a cutoff."""
+    from hetrl_cli.planner.bound import CUTOFF_SLACK, cheap_bound, grouping_bound
+
+    t = tables_for(cluster("two-regions", TWO_REGIONS), workload("grpo", "sync"))
+    floors = task_floors(t)
+    grouping = (("generation", "reference", "actor_train"),)
+
+    def bound(stop_at: float) -> float:
+        return grouping_bound(t, floors, grouping, time.monotonic() + 30, stop_at, integer=True)[0]
+
+    own, cheap = bound(math.inf), cheap_bound(t, floors, grouping)
+    assert cheap < own
+    middle = (cheap + own) / 2  # above the cheap bound (which alone would pass the grouping over), below its own
+    assert bound(middle) == pytest.approx(middle * (1 - CUTOFF_SLACK))
+    assert bound(own * 2) == pytest.approx(own, rel=0.02)

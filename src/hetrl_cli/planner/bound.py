@@ -78,6 +78,8 @@ CUT_ROUNDS = 25
 MIP_GAP = 0.01
 """HiGHS's relative gap for a grouping's MILP: its proven (dual) bound is what counts, so a 1 % gap costs the
 bound at most 1 % of that grouping and frees time for the others."""
+CUTOFF_SLACK = 1e-4
+"""A grouping whose MILP has no node below the cutoff counts at the cutoff less this share (HiGHS's tolerances)."""
 CUT_TOLERANCE = 1e-4
 """A floor under-estimated by less than this share at the MILP's solution gets no new cut."""
 
@@ -711,18 +713,24 @@ class _CutModel:
         expr = {e: 1.0, **{c: slope * r for c, r in zip(cols, ratio.rate, strict=True) if r}}
         self.pending.append((expr, 2 * ratio.work / at, math.inf))
 
-    def solve(self, seconds: float) -> tuple[float | None, list[float] | None]:
-        """(this LP's optimum, a lower bound; its column values) within `seconds`; (None, None) without."""
+    def solve(self, seconds: float, cutoff: float = math.inf) -> tuple[float | None, list[float] | None]:
+        """(this LP's optimum, a lower bound; its column values) within `seconds`; (None, None) without. A MILP
+        with a finite `cutoff` prunes every node whose bound reaches it: none left below it (HiGHS: infeasible)
+        proves the optimum ≥ the cutoff, so (cutoff, None) — what a grouping needs to be passed over, fast."""
         import highspy
 
         h = self.h
         h.setOptionValue("time_limit", max(0.05, seconds))
+        if self.integer and math.isfinite(cutoff):
+            h.setOptionValue("objective_bound", cutoff)
         h.run()
         info = h.getInfo()
+        if self.integer and math.isfinite(cutoff) and h.getModelStatus() == highspy.HighsModelStatus.kInfeasible:
+            return cutoff * (1 - CUTOFF_SLACK), None
         if info.primal_solution_status != 2:  # no solution: no cut point (a time limit)
             return None, None
         if self.integer:  # the MIP's proven bound (≤ its optimum under HiGHS's gap)
-            bound = float(info.mip_dual_bound)
+            bound = min(float(info.mip_dual_bound), cutoff)
         elif h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
             bound = float(info.objective_function_value)
         else:
@@ -769,12 +777,13 @@ def grouping_bound(
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        bound, values = model.solve(left)
+        bound, values = model.solve(left, stop_at)
+        if bound is not None:
+            best = max(best, bound)
         if bound is None or values is None:
             break
         counts = [[values[c] for c in cols] for cols in model.n]
         gained, previous = bound > previous * (1 + 1e-3), bound
-        best = max(best, bound)
         if best >= stop_at or model.refine(values) == 0 or not gained:
             break
     return best, counts
@@ -797,9 +806,10 @@ class SpaceBound:
 def space_bound(tables, deadline: float, incumbent: float | None = None) -> SpaceBound:
     """The least grouping bound. Groupings in increasing cheap bound get their LP (continuous presence) until
     the `deadline`; then, in increasing LP bound, the MILP with binary presence (the TP coupling binds
-    there) while time is left. A grouping whose bound so far is at least the least refined one (or the
-    incumbent) cannot lower it, so each pass stops there. Valid at any point: a grouping counts with the
-    best bound it got (cheap, LP or MILP)."""
+    there) while time is left; each MILP prunes at the least bound so far (`_CutModel.solve`'s cutoff), so a
+    grouping that cannot go below it is passed over fast. A grouping whose bound so far is at least the least
+    refined one (or the incumbent) cannot lower it, so each pass stops there. Valid at any point: a grouping
+    counts with the best bound it got (cheap, LP or MILP)."""
     from hetrl_cli.planner.space import groupings
 
     floors = task_floors(tables)

@@ -5,8 +5,8 @@ bound.py instead of the space's own.
 - **Bound first** (`BOUND_SHARE` of the budget): `bound.space_bound`, the least over groupings of a
   relaxation in device counts per class (no cost-model call; proven ≤ every plan's iteration in its
   docstring: rooflines, generation's decode + prefill + late steps, memory with optimizer states or their
-  offload, weight syncs). It caps the gap the plan reports, and `optimal` is claimed only where it reaches
-  the plan (within OPTIMAL_GAP).
+  offload, weight syncs, a trainer's gradient all-reduce across regions). It caps the gap the plan reports,
+  and `optimal` is claimed only where it reaches the plan (within OPTIMAL_GAP).
 - **A search next** (`HYBRID_SHARE` of what is left): the hybrid, seeded with the plans found before; on
   clusters this large it finds good plans far faster than columns do.
 - **Columns**: the pools (whole hosts per class) of the plans found so far — the hybrid's, the baselines'
