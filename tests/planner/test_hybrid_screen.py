@@ -112,6 +112,7 @@ def _rows_value(screen: Screen, gi: int, rows) -> float:
     gen = next(i for i, g in enumerate(grouping) if "generation" in g)
     if "actor_train" in grouping[gen]:
         weight_sync += screen.tables.same_group_weight_sync(screen.devices(rows[gen]))
+    weight_sync += sum(screen.critic_sync.get((s, r), 0.0) for s, r in zip(grouping, rows, strict=True))
     for spec in screen.tables.pair_specs(grouping):
         cost = screen.pair_cost(spec, rows[spec.src], rows[spec.dst])
         if spec.weight_sync:

@@ -101,7 +101,7 @@ class CostModel:
 
     def weight_syncs(self, placements: Sequence[TaskPlacement], groups: Sequence[GroupPlacement]) -> list[tuple]:
         """The weight syncs a plan runs each step, as (role, train devices, inference devices)."""
-        return self.syncs.syncs(placements, groups)
+        return self.syncs.syncs(placements, groups, self.tasks.critic_receivers)
 
     def transfer_s(self, src_devices: Sequence[str], dst_devices: Sequence[str], nbytes: float) -> float:
         """Rollouts/experience between groups: α + bytes/β on the best host pair; 0 on the same device set."""

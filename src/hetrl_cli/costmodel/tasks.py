@@ -20,7 +20,7 @@ from hetrl_cli.costmodel.generation import Generation
 from hetrl_cli.costmodel.memo import Memo
 from hetrl_cli.costmodel.memory import resident_bytes_per_param
 from hetrl_cli.costmodel.step import Step
-from hetrl_cli.costmodel.training import add_train_sync, add_zero3_inference_gathers, critic_shares_trainer
+from hetrl_cli.costmodel.training import add_train_sync, add_zero3_inference_gathers, critic_sync_receivers
 from hetrl_cli.costmodel.types import ReplicaTimes, TaskEstimate, TaskPlacement
 
 GB = 1e9
@@ -222,12 +222,19 @@ class Tasks:
 
     def _critic_apart(self, placement: TaskPlacement, group_tasks: Mates) -> bool:
         """critic_inference and critic_train placed in one group with layouts the runtime does not share weights
-        between (training.critic_shares_trainer): inference then runs on a copy of its own. Mates given by name
+        between (training.critic_sync_receivers): inference then runs on a copy of its own. Mates given by name
         are taken to share (their layout unknown, as for their resident bytes)."""
         placed = {p.task: p for p in (placement, *group_tasks) if isinstance(p, TaskPlacement)}
         infer, train = placed.get("critic_inference"), placed.get("critic_train")
         if infer is None or train is None:
             return False
+        return bool(self.critic_receivers(infer, train))
+
+    def critic_receivers(self, infer: TaskPlacement, train: TaskPlacement) -> tuple[str, ...]:
+        """critic_inference's devices in critic_train's group that run on a copy of their own (every device of
+        each replica laid out unlike any trainer replica: training.critic_sync_receivers), which the runtime's
+        critic sync sends the weights to (runtime/weightsync.critic_shared_ranks); () for a shape that cannot run
+        (its own violation says so)."""
         layouts = []
         for p in (infer, train):
             splits = p.layer_splits
@@ -235,12 +242,12 @@ class Tasks:
             if splits is None and rep_key is not None and not self.shape_problem(p.task, rep_key, None, None):
                 splits = self._splits(p.task, rep_key)
             if splits is None:
-                return False  # a shape that cannot run: its own violation says so
+                return ()
             layouts.append(
                 [(rep, split if len(rep) > 1 else ()) for rep, split in zip(p.replicas, splits, strict=True)]
             )
         zero3 = self.step.workload.sharding == "zero3" and train.dp > 1
-        return not critic_shares_trainer(layouts[0], layouts[1], zero3)
+        return critic_sync_receivers(layouts[0], layouts[1], zero3)
 
     def _splits(self, task: TaskName, rep_key: ClassLayout) -> tuple[tuple[int, ...], ...]:
         stage = self.cluster.stage

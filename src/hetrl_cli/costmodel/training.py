@@ -64,16 +64,20 @@ def add_train_sync(
         terms["offload"] = off_s
 
 
-def critic_shares_trainer(
-    infer: Sequence[tuple[object, tuple[int, ...]]], train: Sequence[tuple[object, tuple[int, ...]]], zero3: bool
-) -> bool:
-    """Whether critic inference in critic_train's group runs on the trainer's weights, as runtime
-    worker._critic_shared decides: `infer` and `train` are each replica's (devices by stage, layer split). Under
-    zero3 (critic_train sharded over dp > 1) every replica of both must be the same, in order; otherwise every
-    inference replica must be one of the trainer's (a rank whose replicas differ runs a copy of its own)."""
+def critic_sync_receivers(
+    infer: Sequence[tuple[tuple[tuple[str, ...], ...], tuple[int, ...]]],
+    train: Sequence[tuple[tuple[tuple[str, ...], ...], tuple[int, ...]]],
+    zero3: bool,
+) -> tuple[str, ...]:
+    """The devices of critic inference in critic_train's group that run on a copy of their own, so that the
+    critic sync sends them the weights; the rest run on the trainer's weights (runtime/weightsync.
+    critic_shared_ranks, which worker._critic_shared and the sync group follow). `infer` and `train` are each
+    replica's (devices by stage, layer split). An inference replica laid out as one of the trainer's shares; under
+    zero3 (critic_train sharded over dp > 1) all share when every replica of both is the same, in order, else
+    none does."""
     if zero3:
-        return list(infer) == list(train)
-    return all(rep in train for rep in infer)
+        return () if list(infer) == list(train) else tuple(d for rep, _ in infer for st in rep for d in st)
+    return tuple(d for rep, split in infer if (rep, split) not in train for st in rep for d in st)
 
 
 def add_zero3_inference_gathers(
@@ -87,7 +91,8 @@ def add_zero3_inference_gathers(
     shares: Sequence[float],
 ) -> None:
     """Critic inference beside critic_train runs on the trainer's weights (memory.py; worker._critic_shared) when
-    their layouts match (`critic_shares_trainer`; Tasks.estimate drops critic_train from `names` otherwise), which
+    their layouts match (`critic_sync_receivers` finds none; Tasks.estimate drops critic_train from `names`
+    otherwise), which
     under zero3 are chunks: its value forward (roles.Critic.values -> zero3.forward_passes) gathers each layer once
     per micro-batch of the largest replica's share and the root unit once (Zero3Passes.of(m, 0, 1)), over the
     critic's ZeRO group (its replicas)."""

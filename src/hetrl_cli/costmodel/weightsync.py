@@ -4,7 +4,7 @@ copy, once per step) and the hand-overs of rollouts and experience between group
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hetrl_cli.artifacts.rl import HEAD, PHASES, SYNCED, TaskName, sync_roles
 from hetrl_cli.costmodel import constants as C
@@ -65,6 +65,10 @@ class WeightSync:
 
         Colocated devices: a local reshard (LOCAL_RESHARD_PASSES over HBM).
         Other devices: a pipelined broadcast tree over regions (broadcast_tree_s).
+        The critic's sync inside critic_train's group (its receivers are trainer devices: syncs()) has no engine
+        to reshard into: the trainer's leader relays the full weights to each other receiver over the profile's
+        links (a broadcast tree from the leader's host alone: intra-host links, then hosts), and only the leader's
+        own copy is a local one (runtime/weightsync.sync_group over Layout.sync_chain).
         Under ZeRO-3 an all-gather of the chunks comes first, once (in the local part if there is one, else in the
         remote part): the runtime gathers the full weights for either.
         Plus the host part: WEIGHT_SYNC_PER_TENSOR_S per tensor, for the actor's engine on colocated devices its
@@ -83,6 +87,11 @@ class WeightSync:
         tset = set(known_t)
         local = [d for d in known_g if d in tset]
         remote = [d for d in known_g if d not in tset]
+        source = known_t
+        if role == "critic" and local:  # in critic_train's group: no engine to reshard into (critic_receivers)
+            source = known_t[:1]  # the trainer's leader relays the weights over links (runtime Layout.sync_chain)
+            local = [d for d in known_g if d == source[0]]  # the leader's own copy loads them in place
+            remote = [d for d in known_g if d != source[0]]
         local_s = 0.0
         label = "local reshard"
         gather_s = 0.0  # zero3: the full weights are gathered from the chunks first (Zero3Shard.full_weights)
@@ -95,7 +104,7 @@ class WeightSync:
             local_s = C.LOCAL_RESHARD_PASSES * nbytes / hbm + gather_s
         remote_s = 0.0
         if remote:
-            remote_s, label = self.broadcast_tree_s(known_t, remote, nbytes)
+            remote_s, label = self.broadcast_tree_s(source, remote, nbytes)
             if not local:  # once per sync: with a local part it is counted there
                 remote_s += gather_s
         scale = cluster.overhead_scale((*known_t, *known_g))
@@ -168,16 +177,27 @@ class WeightSync:
         return finish, narrowest.label if narrowest is not None else "local copy"
 
     @staticmethod
-    def syncs(placements: Sequence[TaskPlacement], groups: Sequence[GroupPlacement]) -> list[tuple]:
-        """The weight syncs a plan runs each step, as (role, train devices, inference devices): the actor's
-        always (a local reshard when colocated), the critic's when critic_inference is in another group than
-        critic_train (in one group it runs on the trainer's own weights, as the runtime does)."""
+    def syncs(
+        placements: Sequence[TaskPlacement],
+        groups: Sequence[GroupPlacement],
+        critic_receivers: Callable[[TaskPlacement, TaskPlacement], tuple[str, ...]] | None = None,
+    ) -> list[tuple]:
+        """The weight syncs a plan runs each step, as (role, train devices, inference devices), in the runtime's
+        order: the actor's always (a local reshard when colocated), the critic's when critic_inference is in
+        another group than critic_train, and in one group when `critic_receivers(infer, train)` (Tasks: the
+        devices that run on a copy of their own, laid out unlike the trainer) names any: then to those alone,
+        relayed from the trainer's leader (parts()); the others run on the trainer's own weights."""
         by_task = {p.task: p for p in placements}
         group_of = {t: g.name for g in groups for t in g.tasks if t in by_task}
-        return [
+        out = [
             (role, by_task[SYNCED[role][0]].devices, by_task[SYNCED[role][1]].devices)
             for role, _apart in sync_roles(group_of)
         ]
+        train, infer = (by_task.get(t) for t in SYNCED["critic"])
+        together = train is not None and infer is not None and group_of.get(train.task, 0) == group_of.get(infer.task)
+        if critic_receivers is not None and together and (receivers := critic_receivers(infer, train)):
+            out.append(("critic", train.devices, receivers))
+        return out
 
     # ---- data between groups ----------------------------------------------------------------------------
     def transfer(self, src: Sequence[str], dst: Sequence[str], nbytes: float) -> tuple[float, str]:

@@ -329,13 +329,15 @@ class IlpModel:
         """(f) ω ≥ ω_actor + ω_critic, each ≥ its weight sync. Apart: a transportation linearisation W[P1,P2] ≥ 0
         with row sums = u_train[P1] and column sums = u_infer[P2] (exact on binaries, tight in the LP) and
         ω_role ≥ Σ c·W; actor_train and generation in one group: ω_actor ≥ Σ_P ws(P)·x[S,P]; the critic's
-        inference in its trainer's group runs on the trained weights (no sync)."""
+        tasks in one group: ω also ≥ each option's in-group critic sync (GroupOption.critic_sync_s, 0 where
+        inference runs on the trained weights) times its x[S,P]."""
         sp, lp = self.space, self.lp
         parts = {}
         for role, (train_task, infer_task) in SYNCED.items():
             if train_task in self.tables.tasks and infer_task in self.tables.tasks:
                 parts[role] = self._sync_rows(role, train_task, infer_task)
-        lp.row(_expr((1.0, self.omega), *((-1.0, v) for v in parts.values())), lower=0.0)
+        in_group = [(-o.critic_sync_s, self.x[k]) for k, o in sp.options.items() if o.critic_sync_s > 0]
+        lp.row(_expr((1.0, self.omega), *((-1.0, v) for v in parts.values()), *in_group), lower=0.0)
         actor = parts.get("actor", self.omega)  # the colocated sync adds to the critic's like the apart one
         by_subset: dict[int, list[tuple[float, int]]] = {}
         for (s, p), seconds in sp.same_sync.items():
@@ -565,6 +567,7 @@ def relabel(option: GroupOption, mapping: dict[str, str]) -> GroupOption:
         placements=tuple(move(p) for p in option.placements),
         task_s=option.task_s,
         phase_s=option.phase_s,
+        critic_sync_s=option.critic_sync_s,
     )
 
 

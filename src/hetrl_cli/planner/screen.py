@@ -141,6 +141,8 @@ class Screen:
         self._pairs: dict[tuple, dict[tuple[Row, Row], float]] = {}
         self._local: dict[Row, float] = {}
         """Row → the weight sync when actor_train and generation share it (the branch and bound's `local`)."""
+        self.critic_sync: dict[tuple[Subset, Row], float] = {}
+        """(subset, row) of an exact entry → the critic's sync inside the group (GroupOption.critic_sync_s)."""
 
     # --- devices of rows ------------------------------------------------------------------------
 
@@ -291,6 +293,7 @@ class Screen:
         self.budget.count()
         option = self.tables.group_option(subset, self.devices(row))
         self.exact[(subset, row)] = option.phase_s if option is not None else None
+        self.critic_sync[(subset, row)] = option.critic_sync_s if option is not None else 0.0
         proxy = self.proxy(subset, row)
         if option is not None and proxy is not None and sum(proxy) > 0:
             ratio = sum(option.phase_s) / sum(proxy)
@@ -326,18 +329,23 @@ class Screen:
         specs = self.tables.pair_specs(grouping)
         train = next(i for i, g in enumerate(grouping) if "actor_train" in g)
         gen = next(i for i, g in enumerate(grouping) if "generation" in g)
-        local = None
-        if train == gen:  # actor_train and generation share a group: the local reshard on its row
+        local = {}  # group → the weight sync on its own row: the actor's local reshard, the critic's in its group
+        if train == gen:
 
-            def local(row: Row) -> float:
+            def actor(row: Row) -> float:
                 if row not in self._local:
                     self._local[row] = self.tables.same_group_weight_sync(self.devices(row))
                 return self._local[row]
 
+            local[gen] = actor
+        critic = next((i for i, g in enumerate(grouping) if "critic_train" in g and "critic_inference" in g), None)
+        if critic is not None:  # known on exact rows (make_exact); 0 on proxies
+            subset, alone = grouping[critic], local.get(critic)
+            local[critic] = lambda row: (alone(row) if alone else 0.0) + self.critic_sync.get((subset, row), 0.0)
         overlap = self.tables.workload.mode == "async" and ("generation",) in grouping
         floor = self.tables.floor
         pairs = (self.pair_cost, [self.pair_memo(spec) for spec in specs])
-        return _branch_and_bound(tabs, specs, (gen, local), pairs, self.n_blocks, overlap, floor, skip)
+        return _branch_and_bound(tabs, specs, local, pairs, self.n_blocks, overlap, floor, skip)
 
     def _search(self, gi: int, skip: set[tuple[Row, ...]]) -> _Search:
         versions = tuple(self.version.get(s, 0) for s in self.groupings[gi])
@@ -471,12 +479,12 @@ def _compose(span: Sequence[float], weight_sync: float, transfers: float, overla
     return iteration_s(span, (transfers, 0.0), weight_sync, overlap)
 
 
-def _branch_and_bound(tabs, specs, local_sync, pairs, capacity, overlap, floor, skip) -> list:
+def _branch_and_bound(tabs, specs, local, pairs, capacity, overlap, floor, skip) -> list:
     """The KEEP best (value, rows per group) of one grouping.
 
     `tabs[g]`: group g's feasible rows with their phase seconds; `specs`: the pair costs between groups;
-    `pairs`: (`pair_cost(spec, src row, dst row)`, per spec the memo it fills, read first); `local_sync`:
-    (the generation group, the weight sync of a row when actor_train shares it, or None). Depth-first over
+    `pairs`: (`pair_cost(spec, src row, dst row)`, per spec the memo it fills, read first); `local`: group →
+    the weight syncs on its own row (actor_train beside generation, the critic's tasks together). Depth-first over
     the groups, the most demanding first, each trying its rows within the blocks left in increasing order of
     the value the row alone forces (its phases raised to the remaining groups' lowest ones and the floor): a
     level stops at the first row that cannot beat the KEEP-th best complete plan. A pair cost is added at the
@@ -491,7 +499,6 @@ def _branch_and_bound(tabs, specs, local_sync, pairs, capacity, overlap, floor, 
     at_depth: list[list[tuple]] = [[] for _ in range(n)]  # (spec, src, dst, weight sync?, memo), in spec order
     for spec, memo in zip(specs, memos, strict=True):
         at_depth[max(depth[spec.src], depth[spec.dst])].append((spec, spec.src, spec.dst, spec.weight_sync, memo))
-    gen, local = local_sync
     # Rows as integers with one field per class and a guard bit on top of each field: a row fits in `left`
     # exactly when subtracting it from `left` with every guard set borrows from no guard.
     width = max(capacity).bit_length() + 1
@@ -520,7 +527,7 @@ def _branch_and_bound(tabs, specs, local_sync, pairs, capacity, overlap, floor, 
         g = order[j]
         items, codes, ints, forced_of = levels[j]
         pairs_here = at_depth[j]
-        local_here = local if local is not None and g == gen else None
+        local_here = local.get(g)
         deeper = j + 1 < n
         cutoff = -kept[0][0] if len(kept) == KEEP else math.inf
         for i in _fitting(left, guard, codes, ints, bisect.bisect_left(forced_of, cutoff)):

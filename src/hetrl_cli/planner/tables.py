@@ -51,6 +51,8 @@ class GroupOption:
     placements: tuple[TaskPlacement, ...]
     task_s: tuple[float, ...]
     phase_s: tuple[float, ...]
+    critic_sync_s: float = 0.0
+    """The critic's weight sync inside the group (`Tables.in_group_critic_sync`); part of the plan's weight sync."""
 
 
 @dataclass
@@ -248,7 +250,19 @@ class Tables:
             placements=tuple(c[2] for c in chosen),
             task_s=times,
             phase_s=tuple(phase),
+            critic_sync_s=self.in_group_critic_sync([c[2] for c in chosen]),
         )
+
+    def in_group_critic_sync(self, placements: Sequence[TaskPlacement]) -> float:
+        """Seconds of the critic's sync when both critic tasks are in this group: evaluate() charges it to the
+        critic_inference devices that hold a copy of their own (CostModel.weight_syncs), on the placements
+        `placements()` hands it; 0 when they share the trainer's weights or are apart."""
+        by_task = {p.task: TaskPlacement(p.task, p.replicas, offload=p.offload) for p in placements}
+        infer, train = by_task.get("critic_inference"), by_task.get("critic_train")
+        if infer is None or train is None:
+            return 0.0
+        receivers = self.cm.tasks.critic_receivers(infer, train)
+        return self.cm.weight_sync_s(train.devices, receivers, "critic") if receivers else 0.0
 
     # --- between groups ------------------------------------------------------------------------
 
@@ -314,6 +328,7 @@ class Tables:
         train = next(i for i, g in enumerate(grouping) if "actor_train" in g)
         gen = next(i for i, g in enumerate(grouping) if "generation" in g)
         weight_sync = self.same_group_weight_sync(options[gen].devices) if train == gen else 0.0
+        weight_sync += sum(o.critic_sync_s for o in options)  # the critic's inside its group, if any
         boundary = [0.0, 0.0]
         for spec in self.pair_specs(grouping):
             seconds = self.pair_cost(spec, options[spec.src].devices, options[spec.dst].devices)

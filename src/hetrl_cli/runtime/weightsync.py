@@ -96,16 +96,45 @@ class OverlappedSync:
         self.worker.duty.load_buckets(staged)
 
 
-def sync_specs(layout: Any, engine: str) -> dict[str, list[int]]:
+def sync_specs(layout: Any, engine: str, critic_zero3: bool = False) -> dict[str, list[int]]:
     """The run's weight-sync groups: `sync:actor`, the actor leader and the generation ranks that load the weights
-    (`Layout.sync_ranks` less `engine_followers`), and with a separate critic `sync:critic`."""
+    (`Layout.sync_ranks` less `engine_followers`), and with a critic `sync:critic`, its leader and the
+    critic_inference ranks that hold a copy of their own (`Layout.sync_ranks` less `critic_shared_ranks`, which
+    run inference on the trained critic itself). `critic_zero3`: critic_train's weights are zero3 chunks."""
     followers = engine_followers(layout, engine)
     leader = layout.tasks["actor_train"].leader
     actor = [r for r in layout.sync_ranks("actor_train", "generation") if r == leader or r not in followers]
     specs = {"sync:actor": actor}
     if "critic_train" in layout.tasks:
-        specs["sync:critic"] = layout.sync_ranks("critic_train", "critic_inference")
+        shared, critic_leader = critic_shared_ranks(layout, critic_zero3), layout.tasks["critic_train"].leader
+        ranks = layout.sync_ranks("critic_train", "critic_inference")
+        specs["sync:critic"] = [r for r in ranks if r == critic_leader or r not in shared]
     return specs
+
+
+def critic_shared_ranks(layout: Any, zero3: bool) -> set[int]:
+    """Ranks whose critic inference runs on the trained critic itself: their critic_inference replica is laid out
+    exactly like their critic_train replica (same ranks by stage and TP index, same layer split); under zero3
+    (critic_train's weights chunked over its replicas) only when every replica of both is, in order, so that the
+    chunks' gathers are collective over the same ranks. The critic sync has nothing to send them."""
+    tasks = layout.tasks
+    if "critic_train" not in tasks or "critic_inference" not in tasks:
+        return set()
+    infer, train = tasks["critic_inference"], tasks["critic_train"]
+    key = lambda rep: (rep.grid, rep.layer_split)  # noqa: E731
+    if zero3:
+        return set(infer.ranks) if [key(r) for r in infer.replicas] == [key(r) for r in train.replicas] else set()
+    trained = {key(rep) for rep in train.replicas}
+    return {r for rep in infer.replicas if key(rep) in trained for r in rep.ranks}
+
+
+def critic_sync_moves(layout: Any, zero3: bool) -> bool:
+    """Whether the critic sync has anything to do: some critic_inference rank holds a copy of its own (else every
+    one runs on the trained critic, and even the leader's gather of the full weights is skipped)."""
+    if "critic_train" not in layout.tasks or "critic_inference" not in layout.tasks:
+        return False
+    shared = critic_shared_ranks(layout, zero3)
+    return any(r not in shared for r in layout.tasks["critic_inference"].ranks)
 
 
 def engine_followers(layout: Any, engine: str) -> set[int]:

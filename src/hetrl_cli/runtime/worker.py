@@ -197,7 +197,8 @@ class Worker:
         specs["rest"] = lay.rest_ranks
         from hetrl_cli.runtime.weightsync import sync_specs
 
-        return specs | sync_specs(lay, self.manifest.engine)  # vLLM's TP followers take no weights
+        zero3 = self.params_sharded("critic_train")  # vLLM's TP followers and a shared critic take no weights
+        return specs | sync_specs(lay, self.manifest.engine, zero3)
 
     def _model_dir(self, role: str) -> Path:
         from hetrl_cli.runtime.tinymodel import resolve_model_dir
@@ -286,17 +287,11 @@ class Worker:
 
     def _critic_shared(self) -> bool:
         """Critic inference reuses the trained critic when this rank's inference replica is laid out exactly like
-        its training replica (same ranks, same layer split); every rank of the replica decides the same way."""
-        if "critic_train" not in self.tasks:
-            return False
-        infer = self.layout.tasks["critic_inference"].replica_of(self.rank)
-        train = self.layout.tasks["critic_train"].replica_of(self.rank)
-        if infer is None or train is None:
-            return False
-        if self.params_sharded("critic_train"):  # zero3: every trainer replica must run inference on itself too
-            pairs = [(a.grid, a.layer_split) for a in self.layout.tasks["critic_inference"].replicas]
-            return pairs == [(b.grid, b.layer_split) for b in self.layout.tasks["critic_train"].replicas]
-        return (infer.grid, infer.layer_split) == (train.grid, train.layer_split)
+        its training replica (same ranks, same layer split; weightsync.critic_shared_ranks, which the critic sync
+        leaves out); every rank of the replica decides the same way."""
+        from hetrl_cli.runtime.weightsync import critic_shared_ranks
+
+        return self.rank in critic_shared_ranks(self.layout, self.params_sharded("critic_train"))
 
     def _engine(self, model_dir: Path):
         """The launch's engine (runtime/engines builds it), on this rank's device and generation position."""
@@ -506,8 +501,11 @@ class Worker:
         self._sync("actor_train", "generation", self.actor, gathered, load, wait)
 
     def sync_critic(self) -> None:
-        """PPO: the critic_train leader's weights to the critic_inference ranks (blocking; none in one group)."""
-        if "critic_train" not in self.layout.tasks:
+        """PPO: the critic_train leader's weights to the critic_inference ranks with a copy of their own (blocking;
+        none where every one runs on the trained critic: weightsync.critic_sync_moves)."""
+        from hetrl_cli.runtime.weightsync import critic_sync_moves
+
+        if not critic_sync_moves(self.layout, self.params_sharded("critic_train")):
             return
         critic_named = None
         if self.critic is not None and self.in_first_replica("critic_train"):
