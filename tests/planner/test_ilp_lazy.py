@@ -361,7 +361,7 @@ def test_the_training_floor_counts_gradient_accumulation():
 def test_the_generation_floor_reads_kv_at_each_sequences_own_context(resp_mean, resp_tail, n_seq, batch):
     """The floor's KV tokens past the prompt (n·Rm·_own_context) are the cost model's, summed over its decode
     segments at their contexts (generation.py): never above them (a valid floor), and above n·Rm·Rm/2 (the
-    floor before) wherever lengths vary."""
+    floor before) wherever lengths vary; so are its decode attention FLOPs (same tokens, same contexts)."""
     from hetrl_cli.costmodel.generation import decode_segments, drain_contexts, drain_profile
     from hetrl_cli.planner.bound import _own_context
 
@@ -370,6 +370,8 @@ def test_the_generation_floor_reads_kv_at_each_sequences_own_context(resp_mean, 
     contexts = contexts[len(contexts) - len(segments) :]
     model = sum(steps * live * ctx for (steps, live), ctx in zip(segments, contexts, strict=True))
     floor = n_seq * resp_mean * _own_context(resp_mean, resp_tail)
+    # as many tokens as the floor's n·Rm: attention FLOPs, affine in the context, then add up the same way
+    assert sum(steps * live for steps, live in segments) == pytest.approx(n_seq * resp_mean, rel=1e-9)
     assert floor <= model * (1 + 1e-9)
     assert floor == pytest.approx(model, rel=1e-6)
     if resp_tail > resp_mean:

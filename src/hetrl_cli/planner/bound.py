@@ -17,8 +17,8 @@ Why each floor is ≤ the cost model's time of the task, on any device set of th
   u·x_d + v·y_d ≤ max(u·f_d, v·m_d)·(x_d/f_d + y_d/m_d) ≤ max(u·f_d, v·m_d)·T; summed over the devices,
   T ≥ (u·X + v·Y) / Σ_d max(u·f_d, v·m_d) — the denominator is linear in the device counts. Generation
   (`costmodel/generation.py`): each decode step takes ≥ the step's FLOPs / FLOP/s and ≥ its HBM bytes /
-  bytes/s (weights once per step, at most MAX_NUM_SEQS sequences per step, each reading its KV cache at its
-  own context: n·(prompt·E[L] + E[L²]/2) KV tokens over the decode, `_own_context`), and
+  bytes/s (weights once per step, at most MAX_NUM_SEQS sequences per step, each reading its KV cache and
+  attending at its own context: n·(prompt·E[L] + E[L²]/2) KV tokens over the decode, `_own_context`), and
   the prefill's FLOPs add to it; the same argument gives T ≥ X/ΣF and T ≥ Y/ΣM. A training micro-batch also
   adds its gradient into every weight's (GRAD_ACCUMULATION_PASSES): ≥ N / micro_batch micro-batches over the
   replicas, each over the matmul weights, join Y.
@@ -276,12 +276,12 @@ def _generation_floor(tables, const: float) -> TaskFloor:
     footprint = step.prompt_tokens + step.resp_mean  # the KV cache a sequence reserves (generation.py)
     n = step.n_samples
     arch = step.arch["generation"]
-    ctx = step.prompt_tokens + step.resp_mean / 2
-    decode = n * step.resp_mean * arch.forward_flops_per_token(ctx, "lm") / C.DECODE_MFU
+    # each token's attention and KV reads at its own context (the cost model's segments: `_own_context`)
+    kv_ctx = step.prompt_tokens + _own_context(step.resp_mean, step.resp_tail)
+    decode = n * step.resp_mean * arch.forward_flops_per_token(kv_ctx, "lm") / C.DECODE_MFU
     prefill = n * step.prompt_tokens * arch.forward_flops_per_token(step.prompt_tokens / 2, "lm")
     weights = step.stage_params(arch, "lm", (arch.num_layers,), 0) * weight_bytes_per_param(w)
     kv = arch.kv_bytes_per_token(w.precision)
-    kv_ctx = step.prompt_tokens + _own_context(step.resp_mean, step.resp_tail)
     tp_max = _class_tp(tables, "generation", host_gpus)
     rates = []
     for k, (b, mem) in enumerate(zip(m, memory, strict=True)):
