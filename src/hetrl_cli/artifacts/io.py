@@ -15,7 +15,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from hetrl_cli.artifacts.base import Artifact
-from hetrl_cli.errors import BadInput, Unwritable
+from hetrl_cli.errors import BadInput, Unwritable, one_line
 
 A = TypeVar("A", bound=Artifact)
 
@@ -105,7 +105,7 @@ def format_validation_error(where: str, err: ValidationError, every: bool = Fals
 
     def one(e: dict) -> str:
         loc = ".".join(str(part) for part in e["loc"]) or "(top level)"
-        return f"field '{loc}': {e['msg']}"
+        return f"field '{one_line(loc, 120)}': {one_line(e['msg'])}"  # a value echoed in it is the input's
 
     if every:
         return f"{where}: " + "; ".join(one(e) for e in errors)
@@ -123,6 +123,24 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number hetrl accepts; write a finite number")
 
 
+MAX_DIGITS = 300
+"""Longer integers are refused while parsing: as a float they would be inf (past 1e308), and int() refuses 4,300
+digits. Fields bound their own ranges; a seed past numpy's is refused by `run` with its own message."""
+
+
+def _int_in_range(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise ValueError(f"a number has too many digits (at most {MAX_DIGITS})")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):  # json reads 1e999 as inf, not as an error
+        raise ValueError(f"{one_line(text, 40)} is out of range; write a finite number")
+    return value
+
+
 def _json_data(text: str, where: str) -> object:
     """json.loads with every failure as one line: syntax, inf/NaN, numbers too long, nesting too deep."""
     if not text.strip():
@@ -132,7 +150,7 @@ def _json_data(text: str, where: str) -> object:
             f"{where}: {len(text) / 2**20:.0f} MiB is more than an artifact may be ({MAX_ARTIFACT_CHARS // 2**20} MiB)"
         )
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, parse_int=_int_in_range, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise BadInput(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except RecursionError:
@@ -150,10 +168,10 @@ def parse_artifact(text: str, cls: type[A], where: str) -> A:
         raise BadInput(f"{where}: expected a JSON object with 'kind' and 'schema_version'")
     kind = data.get("kind")
     if kind != cls.KIND:
-        raise BadInput(f"{where}: is a '{kind}' artifact, expected '{cls.KIND}'")
+        raise BadInput(f"{where}: is a '{one_line(str(kind), 60)}' artifact, expected '{cls.KIND}'")
     version = data.get("schema_version")
     if not isinstance(version, int) or version < 1:
-        raise BadInput(f"{where}: 'schema_version' must be a positive integer, got {version!r}")
+        raise BadInput(f"{where}: 'schema_version' must be a positive integer, got {one_line(repr(version), 60)}")
     if version > cls.SCHEMA_VERSION:
         raise BadInput(
             f"{where}: schema_version {version} is newer than this hetrl understands "

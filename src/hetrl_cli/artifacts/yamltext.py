@@ -8,6 +8,7 @@ MAX_YAML_NODES before anything is built; an alias to itself (a cycle) is refused
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import yaml
@@ -32,11 +33,38 @@ def load_yaml_text(text: str, where: str, loader: type[yaml.SafeLoader] = yaml.S
         if node is None:
             return None
         check_expansion(node, where)
-        return parser.construct_document(node)
+        data = parser.construct_document(node)
+        check_numbers(data, where)
+        return data
     except RecursionError:
         raise BadInput(f"{where}: nested too deeply; write at most a few hundred levels") from None
+    except ValueError as exc:  # int() of a scalar over Python's 4,300-digit limit
+        if "digits" not in str(exc):
+            raise
+        raise BadInput(f"{where}: a number has too many digits; write at most a few hundred") from None
     finally:
         parser.dispose()
+
+
+MAX_INT = 10**300
+"""Larger integers overflow a float field into inf (artifacts/io.py MAX_DIGITS for JSON)."""
+
+
+def check_numbers(data: Any, where: str) -> None:
+    """Refuse .inf, .nan and integers beyond 64 bits anywhere in loaded YAML data (as JSON artifacts do): no
+    field wants them, and they overflow the arithmetic downstream. Iterative; `data` is bounded already."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise BadInput(f"{where}: a number is inf or NaN; write a finite number")
+        elif isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value <= MAX_INT:
+            raise BadInput(f"{where}: a number has too many digits (at most 300)")
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

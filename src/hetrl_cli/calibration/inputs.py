@@ -6,7 +6,7 @@ from __future__ import annotations
 from hetrl_cli.artifacts.calibration import Calibration
 from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.profile import ClusterProfile
-from hetrl_cli.errors import BadInput
+from hetrl_cli.errors import BadInput, one_line
 
 
 def load_calibration(path: str, profile_fingerprint: str) -> Calibration:
@@ -16,7 +16,8 @@ def load_calibration(path: str, profile_fingerprint: str) -> Calibration:
     cal = load_artifact(path, Calibration)
     if cal.profile_fingerprint != profile_fingerprint:
         raise BadInput(
-            f"{path}: calibration is for profile {cal.profile_name!r} ({cal.profile_fingerprint}), not "
+            f"{path}: calibration is for profile {one_line(repr(cal.profile_name), 80)} "
+            f"({one_line(cal.profile_fingerprint, 80)}), not "
             f"{profile_fingerprint}; run 'hetrl calibrate' on runs of this profile"
         )
     return cal
