@@ -6,12 +6,16 @@ Calibration next to the profile (profiles/NAME.calibration.json). docs/calibrati
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
 from hetrl_cli.artifacts.base import Artifact, Strict
 from hetrl_cli.artifacts.run import DeviceMemory
+
+MIN_FACTOR, MAX_FACTOR = 1e-6, 1e6
+"""Bounds of a factor and of an overhead in seconds: the fit clips its factors to 1e-3..1e3 (calibration/fit.py);
+beyond these a hand-edited 1e308 overflows the cost model into inf and NaN."""
 
 
 class Comparison(Strict):
@@ -59,18 +63,18 @@ class Validation(Artifact):
 
 
 class DeviceFactors(Strict):
-    compute: float = Field(1.0, gt=0)
+    compute: float = Field(1.0, ge=MIN_FACTOR, le=MAX_FACTOR)
     """Multiplies the profile's FLOP/s (on top of the efficiency priors in costmodel/constants.py)."""
-    memory: float = Field(1.0, gt=0)
+    memory: float = Field(1.0, ge=MIN_FACTOR, le=MAX_FACTOR)
     """Multiplies the profile's memory bandwidth."""
-    optimizer: float = Field(1.0, gt=0)
+    optimizer: float = Field(1.0, ge=MIN_FACTOR, le=MAX_FACTOR)
     """Multiplies the rate (on top of `memory`) the optimizer step moves its bytes at: an elementwise update
     that a fused GPU kernel streams at HBM speed and a CPU runs element by element."""
 
 
 class LinkFactors(Strict):
-    bandwidth: float = Field(1.0, gt=0)
-    latency: float = Field(1.0, gt=0)
+    bandwidth: float = Field(1.0, ge=MIN_FACTOR, le=MAX_FACTOR)
+    latency: float = Field(1.0, ge=MIN_FACTOR, le=MAX_FACTOR)
 
 
 class Residual(Strict):
@@ -104,9 +108,9 @@ class Calibration(Artifact):
     """Keyed by Device.name."""
     link_class: dict[str, LinkFactors] = Field(default_factory=dict)
     """Keyed by link kind (loopback, nvlink, pcie, lan, wan, ...)."""
-    task_overhead_s: dict[str, float] = Field(default_factory=dict)
+    task_overhead_s: dict[str, Annotated[float, Field(ge=0, le=MAX_FACTOR)]] = Field(default_factory=dict)
     """Fixed seconds added to a task per step (and `weight_sync` per sync): launch and Python overhead."""
-    overhead_factor: dict[str, float] = Field(default_factory=dict)
+    overhead_factor: dict[str, Annotated[float, Field(ge=0, le=MAX_FACTOR)]] = Field(default_factory=dict)
     """Multipliers on the cost model's built-in per-step host costs (`generation`: per decode step,
     `weight_sync`: per tensor); absent = 1."""
     residuals: list[Residual] = Field(default_factory=list)

@@ -133,22 +133,27 @@ def check_host_label(label: str) -> str:
 def check_device_id(device_id: str) -> str:
     """`host/index` with a valid host label (ValueError otherwise)."""
     host, _, index = device_id.rpartition("/")
-    if not host or not index.isdigit() or len(index) > 6:
+    if not host or not _is_number(index) or len(index) > 6:
         shown = device_id if len(device_id) <= 80 else device_id[:80] + "..."
         raise ValueError(f"device id {shown!r} is not of the form host/index")
     check_host_label(host)
     return device_id
 
 
+def _is_number(text: str) -> bool:
+    """ASCII digits only: str.isdigit() is also true of '²' and '٣', which int() refuses or reads as 3."""
+    return text.isascii() and text.isdigit()
+
+
 def _parse_port(text: str, where: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
+    if not _is_number(text) or not 1 <= int(text) <= 65535:
         raise BadInput(f"{where}: bad port {text!r}: expected a number from 1 to 65535")
     return int(text)
 
 
 def _parse_option(key: str, value: str, where: str) -> tuple[str, object]:
     if key == "slots":
-        if not value.isdigit() or int(value) < 1:
+        if not _is_number(value) or int(value) < 1:
             raise BadInput(f"{where}: slots={value!r}: expected a positive integer")
         return key, int(value)
     if key == "region":
@@ -157,7 +162,7 @@ def _parse_option(key: str, value: str, where: str) -> tuple[str, object]:
         return key, value
     if key == "gpus":
         parts = value.split(",")
-        if not all(p.isdigit() for p in parts):
+        if not all(_is_number(p) for p in parts):
             raise BadInput(f"{where}: gpus={value!r}: expected device indices like gpus=0,1,3")
         indices = [int(p) for p in parts]
         if len(set(indices)) != len(indices):

@@ -17,6 +17,15 @@ from hetrl_cli.artifacts.hosts import check_device_id, check_host_label
 LinkSource = Literal["measured", "assumed", "catalog", "override", "inferred"]
 LinkKind = Literal["nvlink", "pcie", "loopback", "lan", "wan"]
 
+# Bounds of the figures, far outside any hardware, so that a hand-edited 1e308 or 1e-300 is refused here
+# instead of overflowing the cost model into inf and NaN (tests/test_bad_inputs_fuzz.py found both).
+MAX_BYTES = 2**60
+MAX_TFLOPS = 1e6
+MIN_GBPS, MAX_GBPS = 1e-3, 1e6
+MIN_RATE, MAX_RATE = 1e-6, 1e12
+MIN_BPS, MAX_BPS = 1.0, 1e15
+MAX_LATENCY_S = 3600.0
+
 
 class Device(Strict):
     """One accelerator (or a host's CPU when it has none)."""
@@ -25,31 +34,31 @@ class Device(Strict):
     """`host/index`, unique in the profile."""
     host: Annotated[str, AfterValidator(check_host_label)]
     """Name of the host this device sits in (matches Host.name)."""
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, le=999_999)
     """Device index on its host (CUDA ordinal; 0 for a CPU device)."""
     kind: Literal["cuda", "cpu"]
     name: str
     """Model name as reported (e.g. 'NVIDIA A100-SXM4-80GB') or the CPU model."""
-    memory_bytes: int = Field(gt=0)
+    memory_bytes: int = Field(gt=0, le=MAX_BYTES)
     """Device memory (host RAM share for a CPU device)."""
-    peak_tflops: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    peak_tflops: dict[str, Annotated[float, Field(ge=0, le=MAX_TFLOPS)]] = Field(default_factory=dict)
     """Datasheet dense peak by dtype ('bf16', 'fp16', 'fp32'); empty when unknown."""
-    measured_tflops: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    measured_tflops: dict[str, Annotated[float, Field(ge=0, le=MAX_TFLOPS)]] = Field(default_factory=dict)
     """Microbenchmark result by dtype; empty for catalog profiles."""
-    memory_gbps: float = Field(gt=0)
+    memory_gbps: float = Field(ge=MIN_GBPS, le=MAX_GBPS)
     """Memory bandwidth in GB/s: measured when available, else the datasheet value."""
-    peak_memory_gbps: float | None = Field(default=None, gt=0)
+    peak_memory_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS)
     """Datasheet memory bandwidth in GB/s, when known."""
     compute_capability: str | None = None
-    cores: float | None = Field(default=None, gt=0)
+    cores: float | None = Field(default=None, gt=0, le=1e5)
     """CPU cores usable by this host's processes (fractional under a cgroup quota); None for GPUs."""
-    decode_steps_per_s: float | None = Field(default=None, gt=0)
+    decode_steps_per_s: float | None = Field(default=None, ge=MIN_RATE, le=MAX_RATE)
     """A CPU device's rate on the profiler's toy decode loop (probe.decode_steps_per_s): how fast generation's
     per-step host work runs there; None where not measured (GPUs, catalog profiles, older profiles)."""
-    forward_tokens_per_s: float | None = Field(default=None, gt=0)
+    forward_tokens_per_s: float | None = Field(default=None, ge=MIN_RATE, le=MAX_RATE)
     """A CPU device's rate on the profiler's toy full-sequence forward pass (probe.forward_tokens_per_s): how
     fast small-model passes run there relative to other CPU devices; None where not measured."""
-    price_per_gpu_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    price_per_gpu_hour: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False)
     """US dollars per hour of this device (what renting it costs; `hetrl plan --objective cost`); None where
     unknown. Not a hardware fact: left out of the fingerprint, so a new price does not make plans stale."""
     price_source: Annotated[str, Field(max_length=500)] | None = None
@@ -70,8 +79,8 @@ class IntraLink(Strict):
     """Bandwidth between two devices of the same host."""
 
     kind: LinkKind
-    bandwidth_Bps: float = Field(gt=0)
-    latency_s: float = Field(ge=0)
+    bandwidth_Bps: float = Field(ge=MIN_BPS, le=MAX_BPS)
+    latency_s: float = Field(ge=0, le=MAX_LATENCY_S)
     source: LinkSource
 
 
@@ -81,7 +90,7 @@ class Host(Strict):
     name: Annotated[str, AfterValidator(check_host_label)]
     """Label from hosts.txt (`host` or `host:port`), unique in the profile."""
     address: Annotated[str, AfterValidator(check_host_label)]
-    port: int = 22
+    port: int = Field(default=22, ge=1, le=65535)
     user: str | None = None
     region: str = "default"
     hostname: str | None = None
@@ -89,9 +98,9 @@ class Host(Strict):
     python: str = "python3"
     software: dict[str, str | None] = Field(default_factory=dict)
     """Versions: python, hetrl, torch, cuda, nccl, vllm, accelerate, transformers (None = absent)."""
-    free_disk_bytes: int | None = None
-    cpu_count: float | None = None
-    memory_bytes: int | None = None
+    free_disk_bytes: int | None = Field(default=None, ge=0)
+    cpu_count: float | None = Field(default=None, ge=0, le=1e5)
+    memory_bytes: int | None = Field(default=None, ge=0)
     status: Literal["ok", "missing"] = "ok"
     """`missing`: the host could not be profiled (only in --allow-partial profiles)."""
     error: str | None = None
@@ -105,10 +114,28 @@ class Link(Strict):
 
     a: str
     b: str
-    bandwidth_Bps: float = Field(gt=0)
-    latency_s: float = Field(ge=0)
+    bandwidth_Bps: float = Field(ge=MIN_BPS, le=MAX_BPS)
+    latency_s: float = Field(ge=0, le=MAX_LATENCY_S)
     kind: LinkKind = "lan"
     source: LinkSource = "measured"
+
+
+OPTIONAL_FIGURES = ("cores", "decode_steps_per_s", "forward_tokens_per_s", "price_per_gpu_hour")
+
+
+def check_alike_devices(devices: list[Device]) -> None:
+    """Devices of one host with the same kind and name were measured (or priced) alike: each gives all of
+    OPTIONAL_FIGURES that another gives. A hand-edited profile where one of eight GPUs gains a CPU-only rate
+    would otherwise make the planner compare a figure with a missing one. ValueError naming both."""
+    first: dict[tuple[str, str, str], Device] = {}
+    for device in devices:
+        other = first.setdefault((device.host, device.kind, device.name), device)
+        for figure in OPTIONAL_FIGURES:
+            if (getattr(device, figure) is None) != (getattr(other, figure) is None):
+                raise ValueError(
+                    f"device {device.id} and {other.id} are alike but only one gives {figure}: give it for both "
+                    "or neither"
+                )
 
 
 class ClusterProfile(Artifact):
@@ -146,6 +173,7 @@ class ClusterProfile(Artifact):
         for link in self.links:
             if link.a not in known or link.b not in known:
                 raise ValueError(f"link {link.a}<->{link.b} names an unknown host")
+        check_alike_devices(self.devices)
         if self.fingerprint:  # never trusted as written: a forged one would make `show` report changed hardware
             self.fingerprint = self.compute_fingerprint()
         return self

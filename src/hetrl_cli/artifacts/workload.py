@@ -10,7 +10,19 @@ from pydantic import Field, field_validator, model_validator
 
 from hetrl_cli.artifacts.base import Artifact, Strict
 from hetrl_cli.artifacts.rl import ALGORITHMS, Algorithm, Mode, Role, TaskName, check_rule_name
-from hetrl_cli.errors import BadInput
+from hetrl_cli.errors import BadInput, one_line
+
+MAX_COUNT = 10_000_000
+"""Bound of a workload's counts and token lengths: far above any RL step, below where the cost model's loops and
+float arithmetic stop being meaningful (tests/test_bad_inputs_fuzz.py: 10^37 prompts overflowed a float)."""
+SIZE_FIELDS = (
+    "prompts_per_step",
+    "responses_per_prompt",
+    "max_prompt_tokens",
+    "max_response_tokens",
+    "micro_batch",
+    "ppo_epochs",
+)
 
 
 class ModelSpec(Strict):
@@ -160,6 +172,9 @@ class Workload(Artifact):
             raise ValueError(f"{self.algorithm.upper()} needs a critic model: add 'critic: {{arch: ...}}'")
         if not spec.critic and self.critic is not None:
             raise ValueError(f"{self.algorithm.upper()} uses no critic: remove 'critic' or use algorithm 'ppo'")
+        for field in SIZE_FIELDS:
+            if getattr(self, field) > MAX_COUNT:
+                raise ValueError(f"{field} {getattr(self, field)} is more than hetrl plans or runs ({MAX_COUNT:,})")
         if self.responses_per_prompt < spec.min_group:
             raise ValueError(
                 f"{self.algorithm.upper()} normalises over a group: responses_per_prompt must be at least "
@@ -209,9 +224,9 @@ def load_workload(path: str | Path) -> Workload:
     data.setdefault("kind", Workload.KIND)
     data.setdefault("schema_version", Workload.SCHEMA_VERSION)
     if data["kind"] != Workload.KIND:
-        raise BadInput(f"{where}: is a '{data['kind']}' artifact, expected 'workload'")
+        raise BadInput(f"{where}: is a '{one_line(str(data['kind']), 60)}' artifact, expected 'workload'")
     if not isinstance(data["schema_version"], int) or data["schema_version"] > Workload.SCHEMA_VERSION:
-        raise BadInput(f"{where}: unsupported schema_version {data['schema_version']!r}")
+        raise BadInput(f"{where}: unsupported schema_version {one_line(repr(data['schema_version']), 60)}")
     try:  # through JSON, so YAML gets the strict checks every artifact gets (no true for 1, no .inf)
         text = json.dumps(data, allow_nan=False)
     except ValueError:

@@ -249,8 +249,8 @@ class NodeGroup(Strict):
 
     gpu: str
     """GPU type: a catalog name or alias (case-insensitive), e.g. 'A100 80GB', 'l40s'."""
-    gpus_per_node: int = Field(gt=0)
-    nodes: int = Field(default=1, gt=0)
+    gpus_per_node: int = Field(gt=0, le=64)
+    nodes: int = Field(default=1, gt=0, le=1000)  # links grow as hosts²: a million hosts would never finish
     region: str = Field(default="default", pattern=_REGION_PATTERN)
     name_prefix: str | None = Field(default=None, pattern=_PREFIX_PATTERN)
     """Host names are `{name_prefix}-{i}`; default: the GPU type's catalog prefix (a100, l40s, ...)."""
@@ -304,6 +304,13 @@ class ClusterSpec(Strict):
     """Copied into the profile (why the numbers are what they are)."""
     node_groups: list[NodeGroup] = Field(min_length=1)
     network: NetworkSpec = Field(default_factory=NetworkSpec)
+
+    @field_validator("node_groups")
+    @classmethod
+    def _at_most_1000_hosts(cls, groups: list[NodeGroup]) -> list[NodeGroup]:
+        if sum(g.nodes for g in groups) > 1000:
+            raise ValueError("at most 1000 nodes in all: a profile's links grow as the square of its hosts")
+        return groups
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
