@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from hetrl_cli import __version__
-from hetrl_cli.errors import BadInput, HetrlError
+from hetrl_cli.errors import BadInput, HetrlError, one_line
 from hetrl_cli.runtime.engines import AUTO_HELP, CHOICES
 
 app = typer.Typer(
@@ -111,6 +111,7 @@ def profile(
     """Measure devices and links of the hosts in HOSTS_FILE (over SSH), or build a profile from --catalog."""
     from hetrl_cli.artifacts.io import save_artifact
 
+    _check_name_option(name)
     if catalog is not None:
         if hosts_file is not None:
             raise BadInput("give either a hosts file or --catalog, not both")
@@ -146,8 +147,9 @@ def profile(
         _stderr_console().print(f"wrote {target}")
 
 
-def parse_duration(text: str) -> float:
-    """'60s', '2m', '500ms', '1h' or a bare number of seconds -> seconds."""
+def parse_duration(text: str, option: str = "") -> float:
+    """'60s', '2m', '500ms', '1h' or a bare number of seconds -> seconds (finite, positive); `option` names the
+    flag in the error."""
     units = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
     raw = text.strip().lower()
     for suffix in sorted(units, key=len, reverse=True):
@@ -156,12 +158,13 @@ def parse_duration(text: str) -> float:
             break
     else:
         number, factor = raw, 1.0
+    where = f"{option + ': ' if option else ''}bad duration {one_line(repr(text), 60)}"
     try:
         value = float(number) * factor
     except ValueError:
-        raise BadInput(f"bad duration {text!r}: write e.g. 60s, 2m, 500ms") from None
-    if value <= 0:
-        raise BadInput(f"bad duration {text!r}: must be positive")
+        raise BadInput(f"{where}: write e.g. 60s, 2m, 500ms") from None
+    if not value > 0 or value == float("inf"):  # nan and inf parse as floats
+        raise BadInput(f"{where}: must be a positive, finite time")
     return value
 
 
@@ -207,6 +210,27 @@ def _planning_profile(profile_file: str | None, exclude: list[str] | None, conso
         console.print(f"using the newest profile: {profile_file}")
     cluster = load_artifact(profile_file, ClusterProfile)
     return exclude_hosts(cluster, exclude) if exclude else cluster
+
+
+def _check_plan_options(max_evals: int | None, seed: int, name: str | None) -> None:
+    """Refuse `hetrl plan` options no search can use before reading anything (a bad --name would otherwise
+    fail as the finished plan is built; a seed beyond 64 bits would be written into a plan no reader loads)."""
+    if max_evals is not None and max_evals < 1:
+        raise BadInput(f"--max-evals must be at least 1, got {max_evals}")
+    if not 0 <= seed <= 2**63 - 1:
+        raise BadInput(f"--seed must be from 0 to 2^63 - 1, got {one_line(str(seed), 40)}")
+    _check_name_option(name)
+
+
+def _check_name_option(name: str | None) -> None:
+    """--name becomes a file name (profiles/NAME.json, plans/NAME.json): the artifact's rules, as one line."""
+    if name is not None:
+        from hetrl_cli.artifacts.base import check_artifact_name
+
+        try:
+            check_artifact_name(name)
+        except ValueError as exc:
+            raise BadInput(f"--name: {one_line(str(exc))}") from None
 
 
 @app.command()
@@ -255,8 +279,9 @@ def plan(
     from hetrl_cli.artifacts.workload import Workload, load_workload
 
     if solver not in SOLVER_NAMES:
-        raise BadInput(f"unknown solver {solver!r}; choose one of: {', '.join(SOLVER_NAMES)}")
-    budget_s = parse_duration(budget)
+        raise BadInput(f"unknown solver {one_line(repr(solver), 60)}; choose one of: {', '.join(SOLVER_NAMES)}")
+    _check_plan_options(max_evals, seed, name)
+    budget_s = parse_duration(budget, "--budget")
     console = _stderr_console()
     cluster = _planning_profile(profile_file, exclude, console)
     workload = load_workload(workload_file) if workload_file else Workload()
@@ -514,13 +539,13 @@ def run(
         resume=resume,
         checkpoint_every=checkpoint_every,
         engine=engine,
-        timeout_s=parse_duration(timeout),
-        collective_timeout_s=parse_duration(collective_timeout),
+        timeout_s=parse_duration(timeout, "--timeout"),
+        collective_timeout_s=parse_duration(collective_timeout, "--collective-timeout"),
         python=python or sys.executable,
         verify_weights=verify_weights,
         hosts_file=hosts_file,
         known_hosts=known_hosts,
-        ssh_timeout_s=parse_duration(ssh_timeout),
+        ssh_timeout_s=parse_duration(ssh_timeout, "--ssh-timeout"),
         **_ssh_config_options(ssh_config, no_ssh_config),
         tensorboard=not no_tensorboard,
         live=False if plain else None,
@@ -624,6 +649,20 @@ def _pacified() -> bool:
     return type(sys.stdout).__name__ == "PacifyFlushWrapper"
 
 
+def _print_usage_error(exc: Exception) -> None:
+    """A click usage error (`--steps abc`, an unknown option) as one line naming the option and where help is;
+    help itself (`hetrl` alone) and other click errors as click shows them."""
+    ctx, message = getattr(exc, "ctx", None), getattr(exc, "format_message", None)
+    if ctx is not None and message is not None and type(exc).__name__ != "NoArgsIsHelpError":
+        print(f"hetrl: error: {one_line(message(), 4000)} (see '{ctx.command_path} --help')", file=sys.stderr)
+        return
+    show = getattr(exc, "show", None)
+    if show is not None:
+        show()
+    else:
+        print(f"hetrl: error: {exc}", file=sys.stderr)
+
+
 def main() -> None:
     """Entry point: run the app, turning HetrlError into one line on stderr and its exit code."""
     devnull_before = _stdout_is_devnull()
@@ -642,7 +681,8 @@ def main() -> None:
     except HetrlError as exc:
         if _state["debug"]:
             raise
-        print(f"hetrl: error: {exc}", file=sys.stderr)
+        message = one_line(str(exc), 2000) if isinstance(exc, BadInput) else str(exc)  # input echoed: one line
+        print(f"hetrl: error: {message}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("hetrl: interrupted", file=sys.stderr)
@@ -653,11 +693,7 @@ def main() -> None:
         print("hetrl: interrupted", file=sys.stderr)
         sys.exit(INTERRUPTED)
     except typer.TyperException as exc:  # usage errors from the (vendored) click parser
-        show = getattr(exc, "show", None)
-        if show is not None:
-            show()
-        else:
-            print(f"hetrl: error: {exc}", file=sys.stderr)
+        _print_usage_error(exc)
         sys.exit(getattr(exc, "exit_code", 2))
     if code == INTERRUPTED:  # typer's vendored click reports Ctrl-C by returning 130, silently
         print("hetrl: interrupted", file=sys.stderr)
