@@ -106,3 +106,20 @@ def test_a_cap_the_uncapped_plan_meets_still_plans():
         profile, workload, solver="hybrid", budget_s=600, max_evals=128, seed=0, objective="cost", max_cost_per_hour=cap
     )
     assert capped.price is not None and capped.price.usd_per_iteration <= free.price.usd_per_iteration * (1 + 1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="planner/hybrid.py / screen.py (engineer 4): on u19 the hybrid stays at 303.45 s/it from 128 to 1024 "
+    "evaluations and at 10 s (reward, critic_inference and both trainers on the H200 + 4-A100 hosts), 0.946 of "
+    "the ILP's proven 287.14 (reference and both trainers there, reward and critic_inference apart: four "
+    "groups of whole hosts, inside the hybrid's genome space)",
+)
+def test_the_hybrid_reaches_the_optimum_on_u19():
+    """Held-out u19 (6 classes, 8 hosts, 143 whole-host pools): hybrid at 1024 evaluations ≥ 0.99 × the ILP's
+    plan (proven optimal in 120 s on the loaded 2-core box; the ILP starts from the hybrid's plan)."""
+    profile, workload = setting(U19, U19_WORKLOAD)
+    exact = make_plan(profile, workload, solver="ilp", budget_s=120, seed=0)
+    hybrid = make_plan(profile, workload, solver="hybrid", budget_s=600, max_evals=1024, seed=0)
+    assert exact.cost.iteration_s / hybrid.cost.iteration_s >= 0.99
