@@ -123,3 +123,25 @@ def test_the_hybrid_reaches_the_optimum_on_u19():
     exact = make_plan(profile, workload, solver="ilp", budget_s=120, seed=0)
     hybrid = make_plan(profile, workload, solver="hybrid", budget_s=600, max_evals=1024, seed=0)
     assert exact.cost.iteration_s / hybrid.cost.iteration_s >= 0.99
+
+
+S2_U09 = cluster(
+    "u09",
+    [("H200", 1, 1, "r4"), ("H200", 3, 2, "r1"), ("L40S", 4, 1, "r3"), ("T4", 8, 1, "r3"), ("T4", 5, 2, "r0"),
+     ("H100 SXM", 6, 2, "r4"), ("H100 SXM", 2, 1, "r3")],
+    "2Gbps",
+    "20ms",
+)  # fmt: skip
+S2_U09_WORKLOAD = {"algorithm": "grpo", "mode": "async", "actor": {"arch": "qwen3-8b"}}
+
+
+def test_verl_sizes_the_group_past_a_task_with_few_layouts():
+    """Held-out seed 2's u09 (GRPO async 8B, 43 GPUs; 12 H100 on two 6-GPU hosts): verl fits on the 12 H100
+    (generation TP 2 or 4 beside reference and actor_train at larger model-parallel sizes: 47–50 s/it), but its
+    sizing bumped only the first task that did not fit — generation, whose two layouts ran out — and exited 3
+    ("fit one by one but not together"). Each bump now goes to the first misfit with a layout left, else to a
+    group mate (its resident share shrinks as it spreads)."""
+    profile, workload = setting(S2_U09, S2_U09_WORKLOAD)
+    plan = make_plan(profile, workload, solver="verl", budget_s=60)
+    (group,) = plan.groups
+    assert len(group.devices) == 12 and all("h100" in d for d in group.devices), group.devices
