@@ -140,7 +140,11 @@ def run_setting(
         measured = old["ilp"].get("solver_and_estimate_cpu_s", old["ilp"]["cpu_s"] + old["ilp"]["estimate_cpu_s"])
         row["ilp"] = {**old["ilp"], **exact(profile, workload, True), "solver_and_estimate_cpu_s": measured}
     else:
-        row["ilp"] = old["ilp"] if old else exact(profile, workload, ilp_budget_s=ilp_budget_s)
+        try:
+            row["ilp"] = old["ilp"] if old else exact(profile, workload, ilp_budget_s=ilp_budget_s)
+        except Infeasible as exc:  # every task fits somewhere, no plan found (seed 2's u11): no row to compare
+            print(f"exit 3: {exc}", flush=True)
+            return None
     i = row["ilp"]
     row["estimate_s"] = i.get("estimate_s", row["cold_estimate_s"])
     row["est_ratio"] = row["estimate_s"] / i["solver_and_estimate_cpu_s"] if i.get("cpu_s") else None
