@@ -681,7 +681,7 @@ def main() -> None:
     except HetrlError as exc:
         if _state["debug"]:
             raise
-        message = one_line(str(exc), 2000) if isinstance(exc, BadInput) else str(exc)  # input echoed: one line
+        message = one_line(str(exc), 1500) if isinstance(exc, BadInput) else str(exc)  # input echoed: one line
         print(f"hetrl: error: {message}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:

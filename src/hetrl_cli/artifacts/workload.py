@@ -25,6 +25,14 @@ SIZE_FIELDS = (
 )
 
 
+def check_plain_text(value: str | None, limit: int) -> str | None:
+    """A name or path from a workload: at most `limit` characters, no control characters (a newline in a path
+    would forge lines in logs and messages). ValueError otherwise."""
+    if value is not None and (len(value) > limit or any(ord(c) < 32 or ord(c) == 127 for c in value)):
+        raise ValueError(f"{one_line(repr(value), 60)}: use at most {limit} characters and no control characters")
+    return value
+
+
 class ModelSpec(Strict):
     """A model for one role: a built-in architecture name or an HF model directory's config.json, plus where
     weights live. `{path: DIR}` alone plans and runs DIR's model (its shape from DIR/config.json)."""
@@ -40,6 +48,16 @@ class ModelSpec(Strict):
     """HF model directory (config.json, weights, tokenizer) at this path on every host (for `run`); a relative
     path is taken from the workload file's folder. None only for `arch: tiny` (built and randomly initialised
     by the run) or for planning alone."""
+
+    @field_validator("arch")
+    @classmethod
+    def _check_arch(cls, value: str) -> str:
+        return check_plain_text(value, 200) or value
+
+    @field_validator("config_path", "path")
+    @classmethod
+    def _check_path(cls, value: str | None) -> str | None:
+        return check_plain_text(value, 4096)
 
 
 class LengthDistribution(Strict):
@@ -71,6 +89,11 @@ class DatasetSpec(Strict):
     """Render message-list prompts with the actor tokenizer's chat template, ending in its generation prompt
     (when the tokenizer has one: else the run says so and tokenises their text). false: their contents, one a
     line, tokenised raw. String prompts are always tokenised raw."""
+
+    @field_validator("path", "prompt_key", "answer_key")
+    @classmethod
+    def _check_text(cls, value: str | None) -> str | None:
+        return check_plain_text(value, 4096)
 
 
 class RLSpec(Strict):

@@ -200,8 +200,10 @@ def link_latency_s(link: LinkSpec, where: str) -> float | None:
 
 def parse_spec_text(text: str, where: str) -> ClusterSpec:
     """Parse and check a spec; every error is one BadInput line starting with `where`."""
+    from hetrl_cli.artifacts.yamltext import load_yaml_text
+
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_text(text, where)  # a YAML bomb is refused, not expanded
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise BadInput(f"{where}{f':{mark.line + 1}' if mark else ''}: not valid YAML") from None

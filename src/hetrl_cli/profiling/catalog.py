@@ -40,7 +40,7 @@ from hetrl_cli.artifacts.base import Strict
 from hetrl_cli.artifacts.io import format_validation_error, read_text
 from hetrl_cli.artifacts.profile import ClusterProfile, Device, Host, IntraLink, Link, LinkKind
 from hetrl_cli.artifacts.yamltext import load_yaml_text
-from hetrl_cli.errors import BadInput
+from hetrl_cli.errors import BadInput, one_line
 from hetrl_cli.profiling.links import parse_bandwidth, parse_latency
 
 GIB = 2**30
@@ -184,7 +184,7 @@ def gpu_spec(name: str) -> GpuSpec:
     catalog = load_catalog()
     found = catalog.index().get(normalize_gpu_name(name))
     if found is None:
-        raise BadInput(f"unknown GPU type {name!r}; known types: {', '.join(catalog.names())}")
+        raise BadInput(f"unknown GPU type {one_line(repr(name), 60)}; known types: {', '.join(catalog.names())}")
     return found
 
 
@@ -341,9 +341,9 @@ def _load_yaml(text: str, where: str) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise BadInput(f"{where}{line}: not valid YAML: {exc.problem or exc.context}") from None
+        raise BadInput(f"{where}{line}: not valid YAML: {one_line(str(exc.problem or exc.context))}") from None
     except yaml.YAMLError as exc:
-        raise BadInput(f"{where}: not valid YAML: {exc}") from None
+        raise BadInput(f"{where}: not valid YAML: {one_line(str(exc))}") from None
 
 
 def parse_cluster_spec(data: Any, where: str) -> ClusterSpec:
@@ -383,7 +383,7 @@ def _resolve_gpus(spec: ClusterSpec, where: str) -> list[GpuSpec]:
         try:
             found.append(gpu_spec(group.gpu))
         except BadInput:
-            unknown.append(f"field 'node_groups.{i}.gpu': unknown GPU type {group.gpu!r}")
+            unknown.append(f"field 'node_groups.{i}.gpu': unknown GPU type {one_line(repr(group.gpu), 60)}")
     if unknown:  # every unknown type at once, then the known ones
         known = ", ".join(load_catalog().names())
         raise BadInput(f"{where}: {'; '.join(unknown)}; known types: {known}")
@@ -594,6 +594,16 @@ def _now_iso() -> str:
 
 
 def _build(spec: ClusterSpec, name: str, where: str, source_label: str, created_at: str | None) -> ClusterProfile:
+    """_build_profile, a figure outside a profile's bounds (1e300Gbps) as one line naming the file."""
+    try:
+        return _build_profile(spec, name, where, source_label, created_at)
+    except ValidationError as exc:
+        raise BadInput(format_validation_error(f"{where}: out of a profile's range", exc)) from None
+
+
+def _build_profile(
+    spec: ClusterSpec, name: str, where: str, source_label: str, created_at: str | None
+) -> ClusterProfile:
     """The profile of `spec`: 1) catalog entries, 2) host names, 3) devices and intra links, 4) host links."""
     gpus = _resolve_gpus(spec, where)
     plans = _plan_hosts(spec, gpus)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from hetrl_cli.artifacts.profile import Link
-from hetrl_cli.errors import BadInput
+from hetrl_cli.errors import BadInput, one_line
 
 if TYPE_CHECKING:
     from hetrl_cli.artifacts.hosts import HostEntry
@@ -39,7 +39,7 @@ LATENCY_EXAMPLES = '"10ms", "50us", "0.01s" or a number of seconds'
 
 def _plain_number(value: float, where: str, what: str, examples: str) -> float:
     if isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise BadInput(f"{where}: bad {what} {value!r}: expected {examples}")
+        raise BadInput(f"{where}: bad {what} {one_line(repr(value), 60)}: expected {examples}")
     return float(value)
 
 
@@ -50,16 +50,16 @@ def parse_bandwidth(text: str | float, where: str) -> float:
     else:
         match = _BANDWIDTH.match(str(text).strip())
         if not match:
-            raise BadInput(f"{where}: bad bandwidth {text!r}: expected {BANDWIDTH_EXAMPLES}")
+            raise BadInput(f"{where}: bad bandwidth {one_line(repr(text), 60)}: expected {BANDWIDTH_EXAMPLES}")
         unit = match["unit"]
         scale = _PREFIX[match["prefix"] or ""]
         if unit in ("bps", "bit/s", "b/s"):
             scale /= 8.0
         elif unit is None and match["prefix"]:
-            raise BadInput(f"{where}: bad bandwidth {text!r}: expected {BANDWIDTH_EXAMPLES}")
+            raise BadInput(f"{where}: bad bandwidth {one_line(repr(text), 60)}: expected {BANDWIDTH_EXAMPLES}")
         value = float(match["num"]) * scale
     if value <= 0:
-        raise BadInput(f"{where}: bandwidth must be positive, got {text!r}")
+        raise BadInput(f"{where}: bandwidth must be positive, got {one_line(repr(text), 60)}")
     return value
 
 
@@ -69,7 +69,7 @@ def parse_latency(text: str | float, where: str) -> float:
         return _plain_number(text, where, "latency", LATENCY_EXAMPLES)
     match = _LATENCY.match(str(text).strip())
     if not match:
-        raise BadInput(f"{where}: bad latency {text!r}: expected {LATENCY_EXAMPLES}")
+        raise BadInput(f"{where}: bad latency {one_line(repr(text), 60)}: expected {LATENCY_EXAMPLES}")
     return float(match["num"]) / _LATENCY_DIVISOR[match["unit"]]
 
 
