@@ -503,20 +503,7 @@ def _branch_and_bound(tabs, specs, local, pairs, capacity, overlap, floor, skip)
     # exactly when subtracting it from `left` with every guard set borrows from no guard.
     width = max(capacity).bit_length() + 1
     guard = sum(1 << (c * width + width - 1) for c in range(len(capacity)))
-
-    def code(row: Row) -> int:
-        return _code(row, width)
-
-    levels = []  # per depth: its rows in increasing forced value, and their codes as an array (the fit test)
-    for j, g in enumerate(order):
-        r0, r1, r2 = rest[j + 1]
-        items = [
-            (iteration_s((max(p0, r0), max(p1, r1), max(p2, r2)), (0.0, 0.0), 0.0, overlap), row, p0, p1, p2)
-            for row, (p0, p1, p2) in tabs[g]
-        ]
-        items.sort(key=lambda item: item[:2])
-        ints = [code(item[1]) for item in items]
-        levels.append((items, np.array(ints, dtype=np.int64), ints, [item[0] for item in items]))
+    levels = [_level(tabs[g], rest[j + 1], overlap, width) for j, g in enumerate(order)]
     kept: list[tuple[float, tuple[Row, ...]]] = []  # the KEEP best so far, as a max-heap (values negated)
     nodes = 0
     chosen: list[Row] = [()] * n
@@ -563,9 +550,23 @@ def _branch_and_bound(tabs, specs, local, pairs, capacity, overlap, floor, skip)
                 if len(kept) > KEEP:
                     heapq.heappop(kept)
 
-    visit(0, code(tuple(capacity)), 0.0, 0.0, 0.0, 0.0, 0.0)
+    visit(0, _code(tuple(capacity), width), 0.0, 0.0, 0.0, 0.0, 0.0)
     visit = None  # a recursive closure is a cycle (its cell holds it) keeping pair_cost's Screen, Tables, CostModel
     return sorted((-v, rows) for v, rows in kept)
+
+
+def _level(tab: list[tuple[Row, Phases]], rest: Phases, overlap: bool, width: int) -> tuple:
+    """One depth of the branch and bound: its rows as (forced value, row, phases) in increasing forced value
+    (the row's phases raised to `rest`, the lowest of the groups below and the floor), their codes as an array
+    and a list (the fit test), and the forced values (where the cutoff falls)."""
+    r0, r1, r2 = rest
+    items = [
+        (iteration_s((max(p0, r0), max(p1, r1), max(p2, r2)), (0.0, 0.0), 0.0, overlap), row, p0, p1, p2)
+        for row, (p0, p1, p2) in tab
+    ]
+    items.sort(key=lambda item: item[:2])
+    ints = [_code(item[1], width) for item in items]
+    return items, np.array(ints, dtype=np.int64), ints, [item[0] for item in items]
 
 
 @functools.lru_cache(maxsize=1 << 16)
