@@ -2,7 +2,7 @@
 from the three runs' JSON, written to bench/results/uneven_seed<N>.json and .md.
 
     .venv/bin/python bench/uneven_suite.py --seed 1 --count 30 --out bench/results/uneven_suite_seed1.json
-    .venv/bin/python bench/hybrid_uneven.py --seed 1 --count 30 --ilp-budget 60 \\
+    .venv/bin/python bench/hybrid_uneven.py --seed 1 --count 30 --ilp-budget 120 --ladder 32 64 128 1024 \\
         --out bench/results/hybrid_uneven_seed1.json
     .venv/bin/python bench/uneven_suite.py --ilp --seed 1 --count 30 --only <the lazy settings> \\
         --out bench/results/uneven_suite_seed1.json        # writes uneven_ilp_seed1.json
