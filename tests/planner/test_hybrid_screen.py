@@ -110,8 +110,10 @@ def _rows_value(screen: Screen, gi: int, rows) -> float:
     span = [max([f, *(p[i] for p in phases)]) for i, f in enumerate(screen.tables.floor)]
     weight_sync = transfers = 0.0
     gen = next(i for i, g in enumerate(grouping) if "generation" in g)
-    if "actor_train" in grouping[gen]:
-        weight_sync += screen.tables.same_group_weight_sync(screen.devices(rows[gen]))
+    if "actor_train" in grouping[gen]:  # on an exact entry, on its option's layouts (the runtime's relay)
+        devices, exact = screen.devices(rows[gen]), (grouping[gen], rows[gen]) in screen.exact
+        option = screen.tables.group_option(grouping[gen], devices) if exact else None
+        weight_sync += screen.tables.same_group_weight_sync(devices, option.placements if option else ())
     weight_sync += sum(screen.critic_sync.get((s, r), 0.0) for s, r in zip(grouping, rows, strict=True))
     for spec in screen.tables.pair_specs(grouping):
         cost = screen.pair_cost(spec, rows[spec.src], rows[spec.dst])

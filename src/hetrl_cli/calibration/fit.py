@@ -108,8 +108,8 @@ def _weight_sync_terms(model, syncs, names: dict[str, str]) -> tuple[dict, dict,
     links: dict[str, str] = {}
     classes: set[str] = set()
     scale = 0.0
-    for i, (role, train, infer) in enumerate(syncs):
-        parts = model.weight_sync_parts(train, infer, role)
+    for i, (role, train, infer, *in_place) in enumerate(syncs):
+        parts = model.weight_sync_parts(train, infer, role, *in_place)
         if parts is None:
             continue
         local_s, remote_s, label, tensors_s, _host_s = parts

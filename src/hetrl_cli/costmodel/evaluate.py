@@ -47,8 +47,8 @@ def evaluate(model: CostModel, groups: Sequence[GroupPlacement], placements: Seq
     transfers = model.boundary_transfers(groups)
     boundary = [sum(s for *_, s in pairs) for pairs in transfers]
     ws, ws_label, slowest = 0.0, "", -1.0
-    for role, train, infer in model.weight_syncs(placements, groups):
-        seconds, label, _tensors = model.syncs.sync(train, infer, role)
+    for role, train, infer, *in_place in model.weight_syncs(placements, groups):
+        seconds, label, _tensors = model.syncs.sync(train, infer, role, *in_place)
         ws += seconds  # the runtime syncs the actor, then the critic
         if seconds > slowest:  # the bottleneck sentence names the slower sync
             slowest, ws_label = seconds, sync_label(role, label)

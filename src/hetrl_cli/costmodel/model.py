@@ -59,6 +59,7 @@ class CostModel:
         """`engine`: the rollout engine priced (None: a vLLM-like engine; "hf": generation.decode_host_step_s)."""
         self.tasks = Tasks(self.step, self.cluster, self.forward, self.generation, self.task_overhead_s)
         self.syncs = WeightSync(self.step, self.cluster, self.task_overhead_s, self.overhead_factor)
+        self.syncs.leader_loads = engine != "hf"  # the hf engine's every TP rank receives the weights
         self.links = self.cluster.links
         self.required_tasks: tuple[TaskName, ...] = self.step.required_tasks
         """The tasks a plan must place (a rule-based reward runs on the driver, not on a device)."""
@@ -87,20 +88,29 @@ class CostModel:
         return self.step.n_samples * C.RULE_REWARD_S_PER_SAMPLE if self.step.rule_reward else 0.0
 
     # ---- weight syncs and transfers -----------------------------------------------------------------------
-    def weight_sync_s(self, train_devices: Sequence[str], gen_devices: Sequence[str], role: str = "actor") -> float:
+    def weight_sync_s(
+        self,
+        train_devices: Sequence[str],
+        gen_devices: Sequence[str],
+        role: str = "actor",
+        in_place: Sequence[str] | None = None,
+    ) -> float:
         """Seconds to move a trained model's weights to its inference copy each step (docs: weight sync): the
-        actor's from actor_train to generation, or (role 'critic') the critic's to critic_inference."""
-        return self.syncs.sync(tuple(train_devices), tuple(gen_devices), role)[0]
+        actor's from actor_train to generation, or (role 'critic') the critic's to critic_inference; `in_place`:
+        a sync relayed inside the trainer's group, these receivers loading in place (WeightSync.parts)."""
+        key = tuple(in_place) if in_place is not None else None
+        return self.syncs.sync(tuple(train_devices), tuple(gen_devices), role, key)[0]
 
     def weight_sync_parts(
-        self, train: Sequence[str], gen: Sequence[str], role: str
+        self, train: Sequence[str], gen: Sequence[str], role: str, in_place: Sequence[str] | None = None
     ) -> tuple[float, float, str, float, float] | None:
         """(local reshard seconds, remote copy seconds, the remote bottleneck's label or "local reshard",
         the per-tensor host seconds, all host seconds) of one weight sync; None when it moves nothing."""
-        return self.syncs.parts(train, gen, role)
+        return self.syncs.parts(train, gen, role, in_place)
 
     def weight_syncs(self, placements: Sequence[TaskPlacement], groups: Sequence[GroupPlacement]) -> list[tuple]:
-        """The weight syncs a plan runs each step, as (role, train devices, inference devices)."""
+        """The weight syncs a plan runs each step, as (role, train devices, inference devices[, those of them
+        loading in place where the runtime relays inside the group])."""
         return self.syncs.syncs(placements, groups, self.tasks.critic_receivers)
 
     def transfer_s(self, src_devices: Sequence[str], dst_devices: Sequence[str], nbytes: float) -> float:

@@ -45,20 +45,25 @@ class WeightSync:
         self.task_overhead_s = task_overhead_s
         self.overhead_factor = overhead_factor
         self.sync: Memo[tuple[float, str, float]] = Memo(self._make_sync)
-        """sync(train devices, inference devices, role) → (seconds, the bottleneck's label, the per-tensor
-        host part of the seconds)."""
+        """sync(train devices, inference devices, role[, in-place receivers]) → (seconds, the bottleneck's label,
+        the per-tensor host part of the seconds)."""
+        self.leader_loads = True
+        """Whether a generation replica's first device alone takes the weights (vLLM-like engine: the cost model's
+        default); False for the hf engine, whose every TP rank receives them (runtime/weightsync.engine_followers)."""
 
     # ---- weight syncs -----------------------------------------------------------------------------------
-    def _make_sync(self, train: tuple[str, ...], gen: tuple[str, ...], role: str) -> tuple[float, str, float]:
+    def _make_sync(
+        self, train: tuple[str, ...], gen: tuple[str, ...], role: str, in_place: tuple[str, ...] | None = None
+    ) -> tuple[float, str, float]:
         """The slower of the local reshard and the remote copies, plus the host part (parts())."""
-        parts = self.parts(train, gen, role)
+        parts = self.parts(train, gen, role, in_place)
         if parts is None:
             return 0.0, "", 0.0
         local_s, remote_s, label, tensors_s, host_s = parts
         return max(local_s, remote_s) + host_s, label, tensors_s
 
     def parts(
-        self, train: Sequence[str], gen: Sequence[str], role: str
+        self, train: Sequence[str], gen: Sequence[str], role: str, in_place: Sequence[str] | None = None
     ) -> tuple[float, float, str, float, float] | None:
         """(local reshard seconds, remote copy seconds, the remote bottleneck's label or "local reshard",
         the per-tensor host seconds, all host seconds) of one weight sync; None when it moves nothing.
@@ -68,9 +73,12 @@ class WeightSync:
         The critic's sync inside critic_train's group (its receivers are trainer devices: syncs()) has no engine
         to reshard into: the trainer's leader relays the full weights to each other receiver over the profile's
         links (a broadcast tree from the leader's host alone: intra-host links, then hosts), and only the leader's
-        own copy is a local one (runtime/weightsync.sync_group over Layout.sync_chain).
+        own copy is a local one (runtime/weightsync.sync_group over Layout.sync_chain). The actor's sync inside
+        actor_train's group where the runtime relays too (`in_place` given: actor_relay()) is priced the same
+        way, `in_place` (the leader's own copy, one-rank replicas beside one-rank generation) loading in place.
         Under ZeRO-3 an all-gather of the chunks comes first, once (in the local part if there is one, else in the
-        remote part): the runtime gathers the full weights for either.
+        remote part; in both where the leader relays inside the group: its relay starts after the gather): the
+        runtime gathers the full weights for either.
         Plus the host part: WEIGHT_SYNC_PER_TENSOR_S per tensor, for the actor's engine on colocated devices its
         refit (colocated_refit_s: one sleep + wake and its loader per tensor), both scaled by the calibrated
         overhead_factor, and the calibrated fixed overhead, all host work at the slowest involved host's speed
@@ -88,10 +96,11 @@ class WeightSync:
         local = [d for d in known_g if d in tset]
         remote = [d for d in known_g if d not in tset]
         source = known_t
-        if role == "critic" and local:  # in critic_train's group: no engine to reshard into (critic_receivers)
+        if in_place is not None or (role == "critic" and local):  # relayed inside the trainer's group
             source = known_t[:1]  # the trainer's leader relays the weights over links (runtime Layout.sync_chain)
-            local = [d for d in known_g if d == source[0]]  # the leader's own copy loads them in place
-            remote = [d for d in known_g if d != source[0]]
+            kept = {source[0], *(in_place or ())}  # the leader's own copy (and self-synced ranks') load in place
+            local = [d for d in known_g if d in kept]
+            remote = [d for d in known_g if d not in kept]
         local_s = 0.0
         label = "local reshard"
         gather_s = 0.0  # zero3: the full weights are gathered from the chunks first (Zero3Shard.full_weights)
@@ -105,12 +114,12 @@ class WeightSync:
         remote_s = 0.0
         if remote:
             remote_s, label = self.broadcast_tree_s(source, remote, nbytes)
-            if not local:  # once per sync: with a local part it is counted there
+            if not local or len(source) < len(known_t):  # the relay starts after the leader's gather, too
                 remote_s += gather_s
         scale = cluster.overhead_scale((*known_t, *known_g))
         tensors = arch.tensor_count(head)
         per_step = tensors * C.WEIGHT_SYNC_PER_TENSOR_S + (
-            self.colocated_refit_s(tensors) if local and role == "actor" else 0.0
+            self.colocated_refit_s(tensors) if (local or in_place is not None) and role == "actor" else 0.0
         )
         tensors_s = per_step * self.overhead_factor.get("weight_sync", 1.0)
         host_s = (tensors_s + self.task_overhead_s.get("weight_sync", 0.0)) * scale
@@ -176,28 +185,48 @@ class WeightSync:
         finish = max(finish, max(uplink.values(), default=0.0))
         return finish, narrowest.label if narrowest is not None else "local copy"
 
-    @staticmethod
     def syncs(
+        self,
         placements: Sequence[TaskPlacement],
         groups: Sequence[GroupPlacement],
         critic_receivers: Callable[[TaskPlacement, TaskPlacement], tuple[str, ...]] | None = None,
     ) -> list[tuple]:
         """The weight syncs a plan runs each step, as (role, train devices, inference devices), in the runtime's
-        order: the actor's always (a local reshard when colocated), the critic's when critic_inference is in
-        another group than critic_train, and in one group when `critic_receivers(infer, train)` (Tasks: the
+        order: the actor's always (a local reshard when colocated; where the runtime relays inside the group,
+        `actor_relay`, (role, train devices, receivers, in-place receivers)), the critic's when critic_inference
+        is in another group than critic_train, and in one group when `critic_receivers(infer, train)` (Tasks: the
         devices that run on a copy of their own, laid out unlike the trainer) names any: then to those alone,
         relayed from the trainer's leader (parts()); the others run on the trainer's own weights."""
         by_task = {p.task: p for p in placements}
         group_of = {t: g.name for g in groups for t in g.tasks if t in by_task}
-        out = [
-            (role, by_task[SYNCED[role][0]].devices, by_task[SYNCED[role][1]].devices)
-            for role, _apart in sync_roles(group_of)
-        ]
+        out: list[tuple] = []
+        for role, apart in sync_roles(group_of):
+            train_p, infer_p = by_task[SYNCED[role][0]], by_task[SYNCED[role][1]]
+            relay = None if apart or role != "actor" else self.actor_relay(train_p, infer_p)
+            out.append((role, train_p.devices, *relay) if relay else (role, train_p.devices, infer_p.devices))
         train, infer = (by_task.get(t) for t in SYNCED["critic"])
         together = train is not None and infer is not None and group_of.get(train.task, 0) == group_of.get(infer.task)
         if critic_receivers is not None and together and (receivers := critic_receivers(infer, train)):
             out.append(("critic", train.devices, receivers))
         return out
+
+    def actor_relay(self, train: TaskPlacement, gen: TaskPlacement) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """(receivers, those loading in place) of the actor's sync where generation shares actor_train's group
+        and the runtime relays weights over links (runtime/weightsync.sync_specs, Layout.sync_chain); None where
+        every generation device loads in place (each a one-rank replica on a one-rank training replica:
+        Layout.self_synced_ranks) or only the leader's own copy would be loaded (then a local reshard).
+        Members of the relay: actor_train's leader and every generation device not self-synced, with a
+        vLLM-like engine (`leader_loads`: the cost model's default) only each generation replica's first device
+        (its TP workers take their slices from it on the host); each member but the leader gets a full copy."""
+        solo = {rep[0][0] for rep in train.replicas if len(rep) == 1 and len(rep[0]) == 1}
+        self_synced = {r[0][0] for r in gen.replicas if len(r) == 1 and len(r[0]) == 1 and r[0][0] in solo}
+        leader = train.replicas[0][0][0]
+        loading = [r[0][0] for r in gen.replicas] if self.leader_loads else list(gen.devices)
+        relayed = tuple(d for d in loading if d not in self_synced and d != leader)
+        if not relayed:
+            return None
+        in_place = tuple(d for d in gen.devices if d in self_synced or d == leader)
+        return (*in_place, *relayed), in_place
 
     # ---- data between groups ----------------------------------------------------------------------------
     def transfer(self, src: Sequence[str], dst: Sequence[str], nbytes: float) -> tuple[float, str]:

@@ -105,7 +105,7 @@ def build_space(tables: Tables, granularity: Granularity, budget: Budget | None 
             if option is not None:
                 space.options[(s, p)] = option
                 if "actor_train" in subset and "generation" in subset:
-                    space.same_sync[(s, p)] = tables.same_group_weight_sync(canonical[p])
+                    space.same_sync[(s, p)] = tables.same_group_weight_sync(canonical[p], option.placements)
     _fill_pairs(tables, space)
     return space
 
@@ -804,7 +804,7 @@ def probe_leaf(
             if option is not None:
                 space.options[(index[subset], p)] = option
                 if "actor_train" in subset and "generation" in subset:
-                    space.same_sync[(index[subset], p)] = tables.same_group_weight_sync(devices)
+                    space.same_sync[(index[subset], p)] = tables.same_group_weight_sync(devices, option.placements)
     _fill_pairs(tables, space)
     start = time.process_time()
     cutoff = incumbent_s * (1 + INCUMBENT_SLACK)

@@ -125,7 +125,7 @@ class Master:
             s = self.index[subset]
             self.options[(s, p)] = option
             if "actor_train" in subset and "generation" in subset:
-                self.same_sync[(s, p)] = self.tables.same_group_weight_sync(devices)
+                self.same_sync[(s, p)] = self.tables.same_group_weight_sync(devices, option.placements)
         return new
 
     def space(self) -> IlpSpace:

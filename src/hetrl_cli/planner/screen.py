@@ -139,8 +139,9 @@ class Screen:
         """(subset, classes of the row) and classes of the row → exact / proxy seconds of the entries made exact."""
         self._spans: dict[tuple[int, int, int], tuple[str, ...]] = {}
         self._pairs: dict[tuple, dict[tuple[Row, Row], float]] = {}
-        self._local: dict[Row, float] = {}
-        """Row → the weight sync when actor_train and generation share it (the branch and bound's `local`)."""
+        self._local: dict[Row | tuple[Subset, Row], float] = {}
+        """Row → the weight sync when actor_train and generation share it (the branch and bound's `local`); on
+        an exact entry's (subset, row), that on the option's layouts (a relay between its devices)."""
         self.critic_sync: dict[tuple[Subset, Row], float] = {}
         """(subset, row) of an exact entry → the critic's sync inside the group (GroupOption.critic_sync_s)."""
 
@@ -294,6 +295,8 @@ class Screen:
         option = self.tables.group_option(subset, self.devices(row))
         self.exact[(subset, row)] = option.phase_s if option is not None else None
         self.critic_sync[(subset, row)] = option.critic_sync_s if option is not None else 0.0
+        if option is not None and "actor_train" in subset and "generation" in subset:  # the relay on its layouts
+            self._local[(subset, row)] = self.tables.same_group_weight_sync(self.devices(row), option.placements)
         proxy = self.proxy(subset, row)
         if option is not None and proxy is not None and sum(proxy) > 0:
             ratio = sum(option.phase_s) / sum(proxy)
@@ -332,7 +335,9 @@ class Screen:
         local = {}  # group → the weight sync on its own row: the actor's local reshard, the critic's in its group
         if train == gen:
 
-            def actor(row: Row) -> float:
+            def actor(row: Row, subset: Subset = grouping[gen]) -> float:
+                if (exact := self._local.get((subset, row))) is not None:
+                    return exact
                 if row not in self._local:
                     self._local[row] = self.tables.same_group_weight_sync(self.devices(row))
                 return self._local[row]

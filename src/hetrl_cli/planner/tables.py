@@ -284,8 +284,15 @@ class Tables:
                 self._pair[key] = self.cm.transfer_s(src, dst, spec.nbytes)
         return self._pair[key]
 
-    def same_group_weight_sync(self, devices: tuple[str, ...]) -> float:
-        """Weight sync when actor_train and generation share a group (resharding on the same devices)."""
+    def same_group_weight_sync(self, devices: tuple[str, ...], placements: Sequence[TaskPlacement] = ()) -> float:
+        """Weight sync when actor_train and generation share a group: resharding on the same devices, or, on the
+        group option's `placements` where the runtime relays the weights between the group's devices
+        (WeightSync.actor_relay), what evaluate() charges for that relay (CostModel.weight_syncs)."""
+        by_task = {p.task: p for p in placements}
+        train, gen = by_task.get("actor_train"), by_task.get("generation")
+        relay = self.cm.syncs.actor_relay(train, gen) if train is not None and gen is not None else None
+        if relay is not None:
+            return self.cm.weight_sync_s(train.devices, relay[0], "actor", relay[1])
         spec = PairSpec("weight_sync", 0, 0, role="actor")
         return self.pair_cost(spec, devices, devices)
 
@@ -327,7 +334,8 @@ class Tables:
         the actor's, then the critic's)."""
         train = next(i for i, g in enumerate(grouping) if "actor_train" in g)
         gen = next(i for i, g in enumerate(grouping) if "generation" in g)
-        weight_sync = self.same_group_weight_sync(options[gen].devices) if train == gen else 0.0
+        same = options[gen]
+        weight_sync = self.same_group_weight_sync(same.devices, same.placements) if train == gen else 0.0
         weight_sync += sum(o.critic_sync_s for o in options)  # the critic's inside its group, if any
         boundary = [0.0, 0.0]
         for spec in self.pair_specs(grouping):
