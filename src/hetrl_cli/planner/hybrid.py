@@ -402,6 +402,7 @@ class Hybrid:
         for k in itertools.count():
             stage = _stage_budget(budget, k, evals)
             carried = list(seeds)
+            first = best is None  # no plan before this stage: its whole run below if it is cut short
             if best is not None and best.grouping is not None:
                 carried.append((best.grouping, list(best.genome)))
             found = self._stage(stage, carried, progress, self.seed + 7919 * k)
@@ -411,12 +412,15 @@ class Hybrid:
                 best = found
             if stage is budget or stage.evals == 0 or _outer_spent(budget, evals):
                 break
-        for extra in range(EXTRA_STAGES if until_found and best is None and stage is not budget else 0):
+        # A cut stage that found the first plan ran fewer steps than its whole run, which a smaller budget's extra
+        # stage runs to the end of the step its first plan came in: run it too, so a larger budget never does worse.
+        for extra in range(EXTRA_STAGES if until_found and first and stage is not budget else 0):
             stage = _stage_budget(budget, k + extra, 0, whole=True)
             found = self._stage(stage, list(seeds), progress, self.seed + 7919 * (k + extra), stop_on_plan=True)
             evals, rounds = evals + stage.evals, rounds + found.rounds
             if found.options is not None:
-                best = found
+                if best is None or found.score < best.score - 1e-12:
+                    best = found
                 break
         seconds = time.monotonic() - start
         if best is None:
