@@ -326,7 +326,9 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
         except TypeError:  # an unhashable key; the safe constructor reports it below
             continue
         if duplicate:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {one_line(repr(key), 60)}", key_node.start_mark
+            )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
@@ -460,11 +462,13 @@ def _region_table(spec: ClusterSpec, regions: set[str], where: str) -> dict[froz
         loc = f"network.inter_region.pairs.{i}"
         a, b = pair.regions
         if a == b:
-            raise BadInput(f"{_field(where, loc + '.regions')}: both ends are {a!r}; use network.intra_region")
+            raise BadInput(
+                f"{_field(where, loc + '.regions')}: both ends are {one_line(repr(a), 60)}; use network.intra_region"
+            )
         for region in (a, b):
             if region not in regions:
                 raise BadInput(
-                    f"{_field(where, loc + '.regions')}: no node group is in region {region!r}; "
+                    f"{_field(where, loc + '.regions')}: no node group is in region {one_line(repr(region), 60)}; "
                     f"regions in use: {', '.join(sorted(regions))}"
                 )
         key = frozenset((a, b))
@@ -503,7 +507,8 @@ def _check_selectors(spec: ClusterSpec, hosts: list[_HostPlan], where: str) -> N
         for selector in override.between:
             if selector != "*" and selector not in names:
                 raise BadInput(
-                    f"{_field(where, f'network.overrides.{i}.between')}: {selector!r} is no host name or prefix; "
+                    f"{_field(where, f'network.overrides.{i}.between')}: {one_line(repr(selector), 60)} is no host "
+                    "name or prefix; "
                     f"prefixes: {', '.join(sorted({h.prefix for h in hosts}))}"
                 )
 
@@ -540,7 +545,8 @@ def _links(spec: ClusterSpec, hosts: list[_HostPlan], where: str) -> list[Link]:
         if i not in used:
             raise BadInput(
                 f"{_field(where, f'network.overrides.{i}')}: matches no host pair "
-                f"(between {override.between[0]!r} and {override.between[1]!r}, scope {override.scope})"
+                f"(between {one_line(repr(override.between[0]), 60)} and {one_line(repr(override.between[1]), 60)}, "
+                f"scope {override.scope})"
             )
     return links
 
