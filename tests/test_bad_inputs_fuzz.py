@@ -5,8 +5,10 @@ absurd numbers, hostile strings) and as text (truncated, binary, non-UTF-8, YAML
 Every variant must be either accepted or refused as one line naming the file (BadInput, exit 2): no
 traceback, no exception class name, no file left behind, no shell reached, no SSH tried. Accepted variants go
 on through the next stage (plan, show, simulate, run's checks), which must then succeed, refuse as one line or
-say infeasible (exit 3); what it writes must load again. The fast set is deterministic (first list elements,
-a seeded sample of the CLI runs); the slow sweep mutates every element and runs every variant.
+say infeasible (exit 3); what it writes must load again. Lists are mutated at their first and last element
+(the elements share a schema). The fast set is deterministic (one file of each kind, a seeded sample of the
+plan's variants and of the CLI runs); the slow sweep takes every shipped file and more CLI runs.
+HETRL_FUZZ_CLI_RUNS=0 runs every variant through the CLI (minutes).
 """
 
 from __future__ import annotations
@@ -179,7 +181,7 @@ def text_variants(raw: bytes, rng: random.Random) -> list[Variant]:
     return out
 
 
-def yaml_text_variants(raw: bytes) -> list[Variant]:
+def yaml_text_variants(raw: bytes, canary: Path) -> list[Variant]:
     """YAML-only attacks: billion laughs (must be refused fast, never expanded), tags, duplicate keys."""
     laughs = "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
     for i in range(1, 10):
@@ -192,7 +194,7 @@ def yaml_text_variants(raw: bytes) -> list[Variant]:
         Variant(
             "billion laughs in a field", (laughs + text.replace(f"{first_key}:", f"{first_key}: *a9\nx0:", 1)).encode()
         ),
-        Variant("python object tag", b"!!python/object/apply:os.system ['touch /tmp/hetrl-fuzz-tag']\n"),
+        Variant("python object tag", f"!!python/object/apply:os.system ['touch {canary}']\n".encode()),
         Variant("a python tag in a field", (text + "\nextra: !!python/name:os.system\n").encode()),
         Variant("duplicate key", (text + f"\n{first_key}: again\n").encode()),
         Variant("tabs for indentation", text.replace("  ", "\t").encode()),
@@ -226,7 +228,7 @@ def yaml_doc_variants(doc: object, canary: Path, rng: random.Random, every_eleme
             out.append(Variant(label, yaml.safe_dump(mutated, sort_keys=False, allow_unicode=True).encode()))
         except (ValueError, yaml.YAMLError):  # NaN and inf are written as .nan/.inf by PyYAML, never refused
             continue
-    return out + text_variants(raw, rng) + yaml_text_variants(raw)
+    return out + text_variants(raw, rng) + yaml_text_variants(raw, canary)
 
 
 def hosts_variants(raw: bytes, canary: Path, rng: random.Random) -> list[Variant]:
@@ -552,6 +554,7 @@ def plan_sweep(workspace: Path) -> Sweep:
             ["show", str(p)],
             ["simulate", str(p), "--profile", profile, "-o", str(out / "re.json")],
             ["run", str(p), "--hosts", str(workspace / "hosts.txt"), "--run-dir", str(out / "run"), "--plain"],
+            ["validate", str(p), "--run-dir", str(out / "run")],
         ],
         lambda p, out: [
             ["show", str(p)],
@@ -707,7 +710,7 @@ def test_yaml_bombs_are_refused_at_once() -> None:
     from hetrl_cli.errors import BadInput
     from hetrl_cli.profiling.catalog import _load_yaml
 
-    bomb = yaml_text_variants(WORKLOADS[0].read_bytes())[0].data.decode()
+    bomb = yaml_text_variants(WORKLOADS[0].read_bytes(), Path("/nonexistent"))[0].data.decode()
     for load in (lambda: load_workload("-"), lambda: _load_yaml(bomb, "c.yaml"), lambda: parse_spec_text(bomb, "s")):
         started = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()), pytest.raises(BadInput, match="expand to more than"):
