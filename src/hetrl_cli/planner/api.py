@@ -125,7 +125,8 @@ def _solve(tables, solver: str, budget: Budget, seed: int, report, leaves: LeafO
         return Outcome(base.groups, base.placements, stats)
     report("baselines")
     bases = [b for b in (baselines.verl(tables), baselines.streamrl(tables)) if b is not None]
-    bases = [b for b in bases if math.isfinite(_key(tables, b))]  # the cap holds for them too
+    # Over the cap a baseline's plan still seeds the searches (their path is the uncapped one's); it is never the
+    # answer (_allowed: run_hybrid, _not_worse_than).
     note, start = "", None
     if solver == "auto":  # the ILP's start first (its tables stay cached): the estimate counts only what is left
         from hetrl_cli.planner.ilp import choose_granularity
@@ -262,8 +263,16 @@ def run_hybrid(tables, budget: Budget, seed: int, bases, report, until_found: bo
 
     search = Hybrid(tables, seed)  # the full tables: the quick ones (depths=1) misrank plans (docs/planner.md)
     seeds = [(tuple(g.tasks for g in b.groups), genome_of(search, [g.devices for g in b.groups])) for b in bases]
-    budget = budget.for_search()  # after building the search: that is spent time too
+    steered = tables.objective.kind == "time" and tables.objective.max_cost_per_hour is not None
+    whole = budget.for_search()  # after building the search: that is spent time too
+    budget = whole
+    if steered and whole.max_evals is None:  # half the seconds each (_steered)
+        budget = whole.first(0.5)
+        budget.cap = whole.cap
+    bases = _allowed(tables, bases)  # the answers; every baseline seeds the search, the cap filters
     result = search.run(budget, seeds, progress=lambda text, _f: report(text), until_found=until_found and not bases)
+    if steered:  # seconds under a cap: also the search --objective cost follows, judged by seconds (_steered)
+        result = _steered(tables, seed, budget.for_search() if budget is whole else whole, seeds, result, report)
 
     def stats(objective: float, note: str) -> SolverStats:
         return SolverStats(solver="hybrid", status="heuristic", objective=objective, seconds=result.seconds,
@@ -281,9 +290,30 @@ def run_hybrid(tables, budget: Budget, seed: int, bases, report, until_found: bo
     return Outcome(tables.groups(result.grouping, options), tables.placements(options), stats(result.score, note))
 
 
+def _steered(tables, seed: int, budget: Budget, seeds, first, report):
+    """Under a cap the time objective's search follows the fastest plans, mostly over the cap; the cost
+    objective's follows $/iteration toward the cheap ones. Both run (each its --max-evals, else half the
+    seconds), every plan either scores under the cap a candidate, so the answer is at least as fast as either
+    search's (before: u05 59.3 s/it where the capped cost search had 29.7). The better of the two results."""
+    import dataclasses
+
+    from hetrl_cli.planner.cost import Objective
+    from hetrl_cli.planner.hybrid import Hybrid
+
+    objective = tables.objective
+    steer = Objective("cost", objective.max_cost_per_hour, objective.prices)
+    result = Hybrid(tables, seed, steer=steer).run(budget, seeds, progress=lambda text, _f: report(text))
+    objective.cheapest_over_cap = min(objective.cheapest_over_cap, steer.cheapest_over_cap)
+    best = result if result.options is not None and (first.options is None or result.score < first.score) else first
+    evaluations, rounds = first.evaluations + result.evaluations, first.rounds + result.rounds
+    seconds = first.seconds + result.seconds
+    return dataclasses.replace(best, evaluations=evaluations, rounds=rounds, seconds=seconds)
+
+
 def _not_worse_than(outcome: Outcome, bases, tables) -> Outcome:
     """Swap in the better baseline's plan if the search result is worse (it seeds the search, so this only
     happens when the search space cannot express it, e.g. uniform shares beating balanced ones)."""
+    bases = _allowed(tables, bases)
     if not bases:
         return outcome
     best = min(bases, key=lambda b: _key(tables, b))
@@ -298,6 +328,11 @@ def _not_worse_than(outcome: Outcome, bases, tables) -> Outcome:
         )
         return Outcome(best.groups, best.placements, stats)
     return outcome
+
+
+def _allowed(tables, bases: list) -> list:
+    """The baselines' plans under the cap (all of them without one)."""
+    return [b for b in bases if math.isfinite(_key(tables, b))]
 
 
 def _key(tables, base) -> float:

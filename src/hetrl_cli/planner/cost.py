@@ -27,9 +27,6 @@ if TYPE_CHECKING:
 ObjectiveKind = Literal["time", "cost"]
 OBJECTIVES: tuple[ObjectiveKind, ...] = ("time", "cost")
 SECONDS_PER_HOUR = 3600.0
-OVER_CAP_S = 1e12
-"""A genome over the cap scores this × (its price / the cap): never a plan, but the search's populations still
-rank it, so mutations that leave blocks idle (cheaper) are preferred on the way under the cap."""
 
 
 @dataclass
@@ -72,15 +69,14 @@ class Objective:
         return self.score(iteration_s, devices)
 
     def candidate(self, genome: tuple[int, ...], seconds: float, options: list[GroupOption]) -> Candidate:
-        """The hybrid's scored genome under this objective (unchanged for `plain`)."""
+        """The hybrid's scored genome under this objective (unchanged for `plain`). The cap filters, it does not
+        steer: a plan over it keeps its score and options (the search goes where the uncapped one goes) and is
+        marked not `allowed`, so it is never the answer."""
         if self.plain:
             return Candidate(genome, seconds, options)
         devices = [d for o in options for d in o.devices]
-        value = self.key(seconds, devices)
-        if math.isinf(value):
-            assert self.max_cost_per_hour is not None
-            return Candidate(genome, OVER_CAP_S * self.hourly(devices) / max(self.max_cost_per_hour, 1e-9), None)
-        return Candidate(genome, value, options)
+        allowed = math.isfinite(self.key(seconds, devices))
+        return Candidate(genome, self.score(seconds, devices), options, allowed=allowed)
 
     def check_cap(self, devices: Sequence[str], solver: str) -> None:
         """Every emitted plan is under the cap (a solver path that ignored it is an error, never a silent plan)."""

@@ -42,12 +42,16 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hetrl_cli.artifacts.rl import TaskName
 from hetrl_cli.planner.screen import Screen, Screened
 from hetrl_cli.planner.search import IDLE, Block, Budget, Candidate, Subset
 from hetrl_cli.planner.space import DeviceClass, groupings
 from hetrl_cli.planner.tables import GroupOption, Tables
+
+if TYPE_CHECKING:
+    from hetrl_cli.planner.cost import Objective
 
 MAX_SPLITS = 8
 """Sub-arms (device-count splits) per grouping at the start."""
@@ -102,7 +106,10 @@ class HybridResult:
     rounds: int
     note: str = ""
     genome: tuple[int, ...] = ()
-    """The plan's genome (seeds the next stage)."""
+    """The plan's genome."""
+    lead: tuple[tuple[Subset, ...], tuple[int, ...], float] | None = None
+    """The best scored genome over the cap or not (grouping, genome, score): seeds the next stage, so a cap
+    filters the answers and leaves the search's path as it is without one."""
 
 
 @dataclass
@@ -117,6 +124,9 @@ class _Run:
     arms: dict[int, list[Arm]] = field(default_factory=dict)
     screened: dict[int, Screened] = field(default_factory=dict)
     best: tuple[float, int, Candidate] | None = None
+    """The best plan allowed (under the cap): the answer."""
+    lead: tuple[float, int, Candidate] | None = None
+    """The best plan, allowed or not: what the search follows (the same as `best` without a cap)."""
     rounds: int = 0
     cycle: int = 0
 
@@ -124,19 +134,27 @@ class _Run:
         return random.Random(self.root.random())
 
     def consider(self, gi: int, cand: Candidate) -> None:
-        if cand.options is not None and (self.best is None or cand.score < self.best[0] - 1e-12):
-            self.best = (cand.score, gi, cand)
+        """Every scored plan is a candidate: the answer if it is allowed and the best so far."""
+        if cand.options is None:
+            return
+        if self.lead is None or cand.score < self.lead[0] - 1e-12:
+            self.lead = (cand.score, gi, cand)
+        value = cand.score if cand.answer is None else cand.answer
+        if cand.allowed and (self.best is None or value < self.best[0] - 1e-12):
+            self.best = (value, gi, cand)
 
     def rank(self, gi: int) -> tuple[float, int]:
         """Arm order of a cycle: the best score so far, else the screened bound, else last."""
-        scores = [a.best for a in self.arms[gi] if a.population]
-        return (min(scores) if scores else self.screened[gi].key if gi in self.screened else math.inf, gi)
+        best = min((a.best for a in self.arms[gi] if a.population), default=math.inf)  # inf: none fits yet
+        return (best if math.isfinite(best) else self.screened[gi].key if gi in self.screened else math.inf, gi)
 
 
 class Hybrid:
-    def __init__(self, tables: Tables, seed: int) -> None:
+    def __init__(self, tables: Tables, seed: int, steer: Objective | None = None) -> None:
         self.tables = tables
         self.seed = seed
+        self.steer = steer
+        """Scores the search's path where it is not the answer's objective (the answer: `tables.objective`)."""
         self.classes: list[DeviceClass] = tables.classes
         self.blocks = _blocks(self.classes)
         self.n_devices = sum(b.size for b in self.blocks)
@@ -185,7 +203,12 @@ class Hybrid:
             if option is None:
                 return Candidate(tuple(genome), math.inf, None)
             options.append(relabel(option, dict(zip(canonical, actual, strict=True))))
-        return self.tables.objective.candidate(tuple(genome), self.tables.score(grouping, options), options)
+        seconds = self.tables.score(grouping, options)
+        if self.steer is None:
+            return self.tables.objective.candidate(tuple(genome), seconds, options)
+        cand = self.steer.candidate(tuple(genome), seconds, options)
+        cand.answer = self.tables.objective.score(seconds, [d for o in options for d in o.devices])
+        return cand
 
     # --- measured time: who is the bottleneck, who has slack -----------------------------------
 
@@ -248,6 +271,43 @@ class Hybrid:
             return child
         child[rng.choice(theirs)] = bottleneck
         return child
+
+    def refit(self, grouping: tuple[Subset, ...], genome: Sequence[int]) -> list[int] | None:
+        """A genome with groups their blocks cannot hold (no options), moved toward a fit: the first such group
+        trades its slowest block for the fastest faster block another group holds (counts kept), else takes the
+        fastest idle block; again while a group misfits, at most once per block, never taking a block from a group
+        that was moved toward its fit (two misfits would trade one block back and forth). Without it a grouping whose
+        screened plans all failed to fit (memory next to group mates, which the screen's proxy leaves out) had
+        no move toward a fit but random ones and was dropped at its first halving (held-out u19: the trainers'
+        group needs H200 and A100 together; docs/benchmarks.md). None where every group fits or nothing moves."""
+        child, taken = list(genome), set()
+        for _ in self.blocks:
+            failing = next((g for g, subset in enumerate(grouping) if self._misfit(subset, child, g)), None)
+            if failing is None:
+                break
+            mine = [i for i, o in enumerate(child) if o == failing]
+            slow = max(mine, key=lambda i: (self.blocks[i].cls, i)) if mine else None
+            limit = self.blocks[slow].cls if slow is not None else len(self.classes)
+            faster = [
+                i
+                for i, o in enumerate(child)
+                if o not in (failing, IDLE) and i not in taken and self.blocks[i].cls < limit
+            ]
+            idle = [i for i, o in enumerate(child) if o == IDLE]
+            if faster and slow is not None:
+                fast = min(faster, key=lambda i: (self.blocks[i].cls, i))
+                child[fast], child[slow] = failing, child[fast]
+            elif idle:
+                fast = min(idle, key=lambda i: (self.blocks[i].cls, i))
+                child[fast] = failing
+            else:
+                break
+            taken.update(i for i, o in enumerate(child) if o == failing)
+        return child if taken else None
+
+    def _misfit(self, subset: Subset, genome: Sequence[int], group: int) -> bool:
+        _, canonical = self.devices_of(genome, group)
+        return not canonical or self.tables.group_option(subset, canonical) is None
 
     # --- splits and initial genomes ------------------------------------------------------------
 
@@ -455,11 +515,12 @@ class Hybrid:
         while not budget.spent():  # one successive-halving cycle after another (budgets doubling per cycle)
             self._cycle(run, progress)
         seconds = time.monotonic() - start
+        lead = None if run.lead is None else (run.groupings[run.lead[1]], run.lead[2].genome, run.lead[0])
         if run.best is None:
-            return HybridResult(None, None, math.inf, budget.evals, seconds, run.rounds)
+            return HybridResult(None, None, math.inf, budget.evals, seconds, run.rounds, lead=lead)
         score, gi, cand = run.best
         return HybridResult(
-            run.groupings[gi], cand.options, score, budget.evals, seconds, run.rounds, genome=cand.genome
+            run.groupings[gi], cand.options, score, budget.evals, seconds, run.rounds, genome=cand.genome, lead=lead
         )
 
     def _first_arms(self, run: _Run) -> None:
@@ -485,7 +546,7 @@ class Hybrid:
             counts = self.counts(genomes[0], len(run.groupings[gi]))
             rest = [a for a in run.arms.get(gi, []) if a.split != counts]
             first = Arm(counts, rng=run.child_rng(), seeds=found.bounded[:POPULATION])
-            first.population = found.scored[:POPULATION]
+            first.population = [c for c in found.scored if c.options is not None][:POPULATION]  # room for seeds
             run.arms[gi] = [first, *rest[: MAX_SPLITS - 1]]
             for cand in found.scored:
                 run.consider(gi, cand)
@@ -536,6 +597,7 @@ class Hybrid:
         while len(arm.population) < POPULATION and evals > 0 and not budget.spent():
             kind = arm.dealt - len(arm.seeds)
             genome = list(arm.seeds[arm.dealt]) if kind < 0 else self.initial(arm.split, arm.rng, kind)
+            genome = self.refit(grouping, genome) or genome
             arm.dealt += 1
             arm.population.append(admit(self.evaluate(grouping, genome, budget)))
             evals -= 1
@@ -543,8 +605,8 @@ class Hybrid:
         while evals > 0 and not budget.spent():
             arm.population.sort(key=lambda c: c.score)
             parent = arm.population[min(int(arm.rng.random() ** 2 * len(arm.population)), len(arm.population) - 1)]
-            child = None
-            if arm.rng.random() < REBALANCE:
+            child = self.refit(grouping, parent.genome) if parent.options is None else None
+            if child is None and arm.rng.random() < REBALANCE:
                 child = self.rebalance(grouping, parent, arm.rng)
                 if child is not None:
                     self._repair(child, n)

@@ -467,8 +467,9 @@ class Screen:
             bounded = [self.genome(rows) for _, rows in found.plans]
             bounded = [g for g in bounded if tuple(g) not in scored_genomes]
             keys = [c.score for c in scored[:1]] + [v for v, _ in found.plans[:1]]
-            if keys:
-                out[gi] = Screened(scored[0].score if scored else min(keys), scored, bounded)
+            if keys:  # a grouping whose scored plans all failed to fit ranks by its best plan's value, not last
+                fits = math.isfinite(scored[0].score) if scored else False
+                out[gi] = Screened(scored[0].score if fits else min(keys), scored, bounded)
         return out
 
 

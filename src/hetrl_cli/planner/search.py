@@ -150,6 +150,11 @@ class Candidate:
     genome: tuple[int, ...]
     score: float
     options: list[GroupOption] | None
+    allowed: bool = True
+    """False for a plan over --max-cost-per-hour: the search ranks it as any other, it is never the answer."""
+    answer: float | None = None
+    """The answer's value where the search is steered by another (`score`): seconds, under a cap, steered by
+    $/iteration (api.run_hybrid)."""
 
 
 class GenomeSearch(Protocol):
