@@ -458,18 +458,21 @@ class Hybrid:
         sequence of steps, so a larger budget still never gives a worse plan."""
         start = time.monotonic()
         best: HybridResult | None = None
+        lead: tuple[tuple[Subset, ...], tuple[int, ...], float] | None = None
         evals = rounds = 0
         for k in itertools.count():
             stage = _stage_budget(budget, k, evals)
             carried = list(seeds)
             first = best is None  # no plan before this stage: its whole run below if it is cut short
-            if best is not None and best.grouping is not None:
-                carried.append((best.grouping, list(best.genome)))
+            if lead is not None:
+                carried.append((lead[0], list(lead[1])))
             found = self._stage(stage, carried, progress, self.seed + 7919 * k)
             evals += stage.evals
             rounds += found.rounds
             if found.options is not None and (best is None or found.score < best.score - 1e-12):
                 best = found
+            if found.lead is not None and (lead is None or found.lead[2] < lead[2] - 1e-12):
+                lead = found.lead
             if stage is budget or stage.evals == 0 or _outer_spent(budget, evals):
                 break
         # A cut stage that found the first plan ran fewer steps than its whole run, which a smaller budget's extra
