@@ -201,6 +201,10 @@ def run_ilp(tables, budget: Budget, seed: int, bases, report, leaves: LeafOption
     proven = first is not None and result.status in ("optimal", "feasible")
     if proven and (result.options is None or result.objective > known * (1 + 1e-9)):  # a MIP gap above it
         return _incumbent_outcome(first, result, note)
+    if result.options is None and result.status == "infeasible" and space is not None and space.complete:
+        from hetrl_cli.planner.proven import explain_proven
+
+        raise Infeasible(explain_proven(tables, space))  # proven, not the budget: no fallback, the real cause
     if result.options is None:
         why = {"toolarge": note, "nosolution": "no incumbent within the time limit"}.get(result.status, result.status)
         fallback = run_hybrid(tables, budget.at_least(FALLBACK_MIN_S), seed, bases, report)
