@@ -287,7 +287,12 @@ def run_hybrid(tables, budget: Budget, seed: int, bases, report, until_found: bo
         note = f"the search found no plan in {result.evaluations} evaluations; the {best.name} baseline's plan"
         return Outcome(best.groups, best.placements, stats(_key(tables, best), note))
     if result.options is None:
-        raise Infeasible(f"the hybrid search found no plan that fits: {explain_infeasible(tables, result.evaluations)}")
+        why = explain_infeasible(tables, result.evaluations)
+        from hetrl_cli.planner.ilp import choose_granularity
+
+        if choose_granularity(tables, 150) is not None:  # the full ILP can prove it either way, in seconds here
+            why += "; --solver ilp proves whether any plan exists"
+        raise Infeasible(f"the hybrid search found no plan that fits: {why}")
     limit = f", max_evals={budget.max_evals}" if budget.max_evals else ""
     note = f"{result.rounds} successive-halving rounds{limit}"
     options = result.options
