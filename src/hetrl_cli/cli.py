@@ -384,7 +384,15 @@ def simulate(
     workload = load_workload(workload_file) if workload_file else None
     fingerprint = (cluster.fingerprint or cluster.compute_fingerprint()) if cluster else base.profile_fingerprint
     factors = _calibration_factors(calibration, fingerprint)
-    save_artifact(rescore(base, profile=cluster, workload=workload, calibration=factors), output)
+    from pydantic import ValidationError
+
+    from hetrl_cli.artifacts.io import format_validation_error
+
+    try:
+        rescored = rescore(base, profile=cluster, workload=workload, calibration=factors)
+    except ValidationError as exc:  # a hand-edited plan whose re-scored figures leave a plan's range
+        raise BadInput(format_validation_error(f"{plan_file}: re-scored out of a plan's range", exc)) from None
+    save_artifact(rescored, output)
 
 
 def _calibration_factors(path: str | None, profile_fingerprint: str) -> dict | None:

@@ -17,6 +17,12 @@ from hetrl_cli.artifacts.hosts import check_device_id
 from hetrl_cli.artifacts.rl import ALL_TASKS, TaskName
 from hetrl_cli.artifacts.workload import Workload
 
+MAX_LAYERS = 100_000
+"""Bound of a stage's layers (models have tens to hundreds): 2^64 layers re-scored to a 1e37 s timeline."""
+MAX_SECONDS = 1e30
+"""Bound of a plan's iteration time and timeline: no planner output comes near it, and a hand-edited 1e308 made
+`show`'s axis ticks overflow a float (tests/test_bad_inputs_fuzz.py)."""
+
 
 class Replica(Strict):
     """One DP replica of a task: `stages[p]` is the TP group (device ids) of pipeline stage p."""
@@ -24,7 +30,7 @@ class Replica(Strict):
     stages: list[list[str]]
     batch_share: float = Field(gt=0, le=1)
     """Fraction of the task's sequences this replica processes (load-balanced, sums to 1 over replicas)."""
-    layer_split: list[int]
+    layer_split: list[Annotated[int, Field(le=MAX_LAYERS)]]
     """Transformer layers per stage (uneven when stage devices differ in speed)."""
 
     @model_validator(mode="after")
@@ -107,14 +113,14 @@ class TimelineEntry(Strict):
     name: str
     """Task name, or `weight_sync` / `transfer:A->B`."""
     group: str
-    start_s: float
-    end_s: float
+    start_s: float = Field(ge=-MAX_SECONDS, le=MAX_SECONDS)
+    end_s: float = Field(ge=-MAX_SECONDS, le=MAX_SECONDS)
 
 
 class PlanCost(Strict):
     """Predicted iteration: total, throughput and where the time goes."""
 
-    iteration_s: float = Field(gt=0)
+    iteration_s: float = Field(gt=0, le=MAX_SECONDS)
     samples_per_s: float
     tokens_per_s: float
     """Generated (response) tokens per second."""
