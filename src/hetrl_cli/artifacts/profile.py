@@ -25,6 +25,14 @@ MIN_GBPS, MAX_GBPS = 1e-3, 1e6
 MIN_RATE, MAX_RATE = 1e-6, 1e12
 MIN_BPS, MAX_BPS = 1.0, 1e15
 MAX_LATENCY_S = 3600.0
+MIN_TFLOPS = 1e-6
+
+
+def _zero_or_some(tflops: float) -> float:
+    """0 (no such arithmetic) or at least MIN_TFLOPS: 1e-300 TFLOP/s predicted a 1e302 s iteration."""
+    if 0 < tflops < MIN_TFLOPS:
+        raise ValueError(f"TFLOP/s must be 0 or at least {MIN_TFLOPS:g}")
+    return tflops
 
 
 class Device(Strict):
@@ -41,9 +49,13 @@ class Device(Strict):
     """Model name as reported (e.g. 'NVIDIA A100-SXM4-80GB') or the CPU model."""
     memory_bytes: int = Field(gt=0, le=MAX_BYTES)
     """Device memory (host RAM share for a CPU device)."""
-    peak_tflops: dict[str, Annotated[float, Field(ge=0, le=MAX_TFLOPS)]] = Field(default_factory=dict)
+    peak_tflops: dict[str, Annotated[float, Field(ge=0, le=MAX_TFLOPS), AfterValidator(_zero_or_some)]] = Field(
+        default_factory=dict
+    )
     """Datasheet dense peak by dtype ('bf16', 'fp16', 'fp32'); empty when unknown."""
-    measured_tflops: dict[str, Annotated[float, Field(ge=0, le=MAX_TFLOPS)]] = Field(default_factory=dict)
+    measured_tflops: dict[str, Annotated[float, Field(ge=0, le=MAX_TFLOPS), AfterValidator(_zero_or_some)]] = Field(
+        default_factory=dict
+    )
     """Microbenchmark result by dtype; empty for catalog profiles."""
     memory_gbps: float = Field(ge=MIN_GBPS, le=MAX_GBPS)
     """Memory bandwidth in GB/s: measured when available, else the datasheet value."""
