@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, model_validator
 
 from hetrl_cli.artifacts.base import Artifact, Strict, check_artifact_name
 from hetrl_cli.artifacts.hosts import check_device_id
@@ -22,6 +22,17 @@ MAX_LAYERS = 100_000
 MAX_SECONDS = 1e30
 """Bound of a plan's iteration time and timeline: no planner output comes near it, and a hand-edited 1e308 made
 `show`'s axis ticks overflow a float (tests/test_bad_inputs_fuzz.py)."""
+
+
+def _loaded_seconds(seconds: float, info: ValidationInfo) -> float:
+    """At most MAX_SECONDS in a plan read from JSON; a plan built in memory keeps the cost model's inf (a task
+    that does not fit, which `run`'s memory check then refuses)."""
+    if info.mode == "json" and abs(seconds) > MAX_SECONDS:
+        raise ValueError(f"{seconds:g} s is past any plan (at most {MAX_SECONDS:g})")
+    return seconds
+
+
+LoadedSeconds = Annotated[float, AfterValidator(_loaded_seconds)]
 
 
 class Replica(Strict):
@@ -113,14 +124,14 @@ class TimelineEntry(Strict):
     name: str
     """Task name, or `weight_sync` / `transfer:A->B`."""
     group: str
-    start_s: float = Field(ge=-MAX_SECONDS, le=MAX_SECONDS)
-    end_s: float = Field(ge=-MAX_SECONDS, le=MAX_SECONDS)
+    start_s: LoadedSeconds
+    end_s: LoadedSeconds
 
 
 class PlanCost(Strict):
     """Predicted iteration: total, throughput and where the time goes."""
 
-    iteration_s: float = Field(gt=0, le=MAX_SECONDS)
+    iteration_s: Annotated[float, Field(gt=0), AfterValidator(_loaded_seconds)]
     samples_per_s: float
     tokens_per_s: float
     """Generated (response) tokens per second."""
