@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 import torch.multiprocessing as mp
 
 from hetrl_cli.runtime.layout import Layout
@@ -63,14 +64,20 @@ class StandIn:
     """The trainer's full weights (each call a gather) and an engine's bucket loader (its duty)."""
 
     def __init__(self, weights) -> None:
-        self.weights, self.loaded_bytes = weights, 0
+        self.weights, self.loaded_bytes, self.checksum = weights, 0, None
 
     def named_weights(self):
         return self.weights
 
     def load_buckets(self, stream) -> None:
+        import hashlib
+
+        digest = hashlib.sha256()
         for bucket in stream:
             self.loaded_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
+            for name, t in bucket:  # what the engine holds, bit for bit
+                digest.update(name.encode() + t.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        self.checksum = digest.hexdigest() if self.loaded_bytes else self.checksum
 
 
 def _sync_worker(rank: int, port: int, case: str, out: str) -> None:
@@ -84,11 +91,14 @@ def _sync_worker(rank: int, port: int, case: str, out: str) -> None:
     layout = Layout.from_plan(plan)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=layout.world_size)
     groups = comm.make_groups(sync_specs(layout, engine, False), 60.0)
-    received = [0]
+    received, crossing = [0], [0]
     real_irecv = dist.irecv
+    host = lambda r: layout.devices[r].split("/")[0]  # noqa: E731
 
     def counting_irecv(tensor, *args, **kwargs):  # every weight byte reaches a rank through the relay's irecv
         received[0] += tensor.numel() * tensor.element_size()
+        if host(kwargs["src"]) != host(rank):  # ... and crosses a host boundary where it comes from another host
+            crossing[0] += tensor.numel() * tensor.element_size()
         return real_irecv(tensor, *args, **kwargs)
 
     dist.irecv = counting_irecv
@@ -101,7 +111,8 @@ def _sync_worker(rank: int, port: int, case: str, out: str) -> None:
     w._sync = lambda *args, **kwargs: sync_group(w, *args, **kwargs)
     for _ in range(SYNCS):
         Worker.sync_actor(w)
-    result = {"received": received[0], "loaded": w.duty.loaded_bytes if w.duty is not None else 0}
+    result = {"received": received[0], "loaded": w.duty.loaded_bytes if w.duty is not None else 0,
+              "crossing": crossing[0], "checksum": w.duty.checksum if w.duty is not None else None}  # fmt: skip
     Path(out, f"{layout.devices[rank]}.json".replace("/", "_")).write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()
@@ -153,12 +164,55 @@ def test_the_actor_sync_in_its_group_moves_the_bytes_the_cost_model_charges(tmp_
         loaders = {d for d, r in by_device.items() if r["loaded"]}
         assert loaders <= gen_devices and leader in loaders
         return
-    train, receivers, in_place = sync
+    train, receivers, in_place, *feeders = sync
     assert train[0] == leader  # the cost model relays from the runtime's leader
     assert set(receivers) - set(in_place) == relayed  # ... to the devices the runtime sends a copy over a link
     assert set(in_place) == {d for d in gen_devices if d not in relayed and by_device[d]["loaded"]}
     assert all(by_device[d]["loaded"] == SYNCS * copy_bytes for d in receivers)  # each loads every byte
     links = cm.cluster.links
-    hop = links.between("a0", "b0") if any(d.startswith("b0") for d in relayed) else links.intra("a0")
+    fed_from_a0 = not feeders  # b0's replica leader feeds b0 itself where it has one (host_feeds)
+    hop = links.between("a0", "b0") if fed_from_a0 and any(d.startswith("b0") for d in relayed) else links.intra("a0")
     assert label == hop.label
     assert copy_bytes / hop.bandwidth_Bps < remote_s <= copy_bytes / hop.bandwidth_Bps + 4 * hop.latency_s
+
+
+def test_two_hosts_each_replica_leader_feeds_its_own_host_bit_identical(tmp_path: Path) -> None:
+    """A group over two hosts, one actor_train replica on each: before, replica 0's leader relayed one full copy
+    over the host link every sync (a0 -> b0); now b0's replica leader feeds b0's engines from its own gathered
+    replica, so no weight byte crosses a host, and every engine holds exactly replica 0's weights."""
+    import hashlib
+
+    from hetrl_cli.runtime.precision import torch_dtype
+
+    by_device = _runtime(tmp_path, "two hosts")
+    layout = Layout.from_plan(_plan("two hosts"))
+    replicas = [[layout.devices[r] for r in rep.ranks] for rep in layout.tasks["actor_train"].replicas]
+    assert {d[:2] for d in replicas[0]} != {d[:2] for d in replicas[1]}  # one replica on each host
+    assert all(by_device[d]["crossing"] == 0 for d in by_device)  # before: SYNCS copies into b0
+    # every replica holds the same weights (the stand-in's gather on every rank: _sync_worker) ...
+    first, second = _weights(), _weights()
+    assert all(torch.equal(a, b) and n == m for (n, a), (m, b) in zip(first, second, strict=True))
+    # ... and each engine loaded replica 0's, bit for bit, in the workload's precision
+    dtype = torch_dtype(_plan("two hosts").workload.precision)
+    digest = hashlib.sha256()
+    for name, t in first:
+        digest.update(name.encode() + t.to(dtype).contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    gen = [layout.devices[r] for r in layout.tasks["generation"].ranks]
+    assert {by_device[d]["checksum"] for d in gen} == {digest.hexdigest()}
+
+
+def test_hosts_without_a_replica_leader_keep_the_relay_from_replica_0() -> None:
+    """host_feeds: a receiver on a host with another replica's leader is fed by that leader (a replica wholly on
+    the host before one spread over hosts: feed_specs' order); one on replica 0's leader's host or on a host
+    with no replica leader stays in replica 0's relay."""
+    from hetrl_cli.costmodel.weightsync import host_feeds
+
+    host = lambda d: d.split("/")[0]  # noqa: E731
+    feeds = host_feeds(["a/0", "b/0", "b/2"], ["a/1", "b/0", "b/1", "c/0", "c/1"], host)
+    assert feeds == {"a/0": ["a/1", "c/0", "c/1"], "b/0": ["b/0", "b/1"]}
+    from hetrl_cli.runtime.weightsync import sync_specs
+
+    layout = Layout.from_plan(_plan("two hosts"))
+    rank = {d: r for r, d in enumerate(layout.devices)}
+    specs = {name: {layout.devices[r] for r in ranks} for name, ranks in sync_specs(layout, "hf", False).items()}
+    assert specs == {"sync:actor": {A0, A1}, f"sync:actor@{rank[B0]}": {B0, B1}}  # before: one group of all four

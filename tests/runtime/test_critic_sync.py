@@ -132,7 +132,7 @@ def _cost_model_copies(case: str) -> tuple[list[tuple], float, object]:
         for t in plan.tasks
     ]  # fmt: skip
     groups = [GroupPlacement(g.name, tuple(g.tasks), tuple(g.devices)) for g in plan.groups]
-    syncs = [(train, infer) for role, train, infer in cm.weight_syncs(placements, groups) if role == "critic"]
+    syncs = [tuple(sync[1:]) for sync in cm.weight_syncs(placements, groups) if sync[0] == "critic"]
     return syncs, BUILTIN[ARCH].param_count("value") * weight_bytes_per_param(plan.workload), cm
 
 
@@ -145,22 +145,24 @@ def test_the_critic_sync_moves_the_bytes_the_cost_model_charges(tmp_path: Path, 
         assert syncs == []
         assert all(r == {"received": 0, "copy": False, "loaded": 0, "gathers": 0} for r in by_device.values())
         return
-    ((train, receivers),) = syncs
+    ((train, receivers, *rest),) = syncs
+    feeders = rest[1] if rest else ()  # other replicas' leaders feeding their own host (host_feeds)
     assert train[0] == leader  # the cost model relays from the runtime's leader
     for device, r in by_device.items():
         copied = device in receivers
         assert r["copy"] == copied, device  # the cost model's receivers are the ranks holding a copy
         assert r["loaded"] == (SYNCS * copy_bytes if copied else 0), device  # each copy loads every byte
-        # a copy crosses a link to every receiver but the leader, whose own copy loads in place
-        assert r["received"] == (SYNCS * copy_bytes if copied and device != leader else 0), device
-    assert by_device[leader]["gathers"] == SYNCS
-    local_s, remote_s, label, _, _ = cm.weight_sync_parts(train, receivers, "critic")
+        # a copy crosses a link to every receiver but a sending leader, whose own copy loads in place
+        assert r["received"] == (SYNCS * copy_bytes if copied and device not in (leader, *feeders) else 0), device
+    assert all(by_device[d]["gathers"] == SYNCS for d in (leader, *feeders))
+    local_s, remote_s, label, _, _ = cm.weight_sync_parts(train, receivers, "critic", *rest)
     links = cm.cluster.links
     if case == "tp2 beside dp2":  # the leader's own copy in place, the other over the host's NVLink
         intra = links.intra("a0")
         assert local_s > 0 and label == intra.label
         assert copy_bytes / intra.bandwidth_Bps < remote_s <= copy_bytes / intra.bandwidth_Bps + 3 * intra.latency_s
-    elif case.startswith("partly shared"):  # the shared replica takes nothing; one copy crosses to host b0
-        lan = links.between("a0", "b0")
-        assert local_s == 0 and label == lan.label
-        assert copy_bytes / lan.bandwidth_Bps < remote_s <= copy_bytes / lan.bandwidth_Bps + 3 * lan.latency_s
+    elif case.startswith("partly shared"):  # the shared replica takes nothing; b0's own replica feeds b0
+        assert feeders == (B0,)  # before: replica 0's leader relayed one copy over the a0-b0 link
+        intra = links.intra("b0")
+        assert local_s > 0 and label == intra.label
+        assert copy_bytes / intra.bandwidth_Bps < remote_s <= copy_bytes / intra.bandwidth_Bps + 3 * intra.latency_s

@@ -94,19 +94,26 @@ class CostModel:
         gen_devices: Sequence[str],
         role: str = "actor",
         in_place: Sequence[str] | None = None,
+        feeders: Sequence[str] = (),
     ) -> float:
         """Seconds to move a trained model's weights to its inference copy each step (docs: weight sync): the
         actor's from actor_train to generation, or (role 'critic') the critic's to critic_inference; `in_place`:
-        a sync relayed inside the trainer's group, these receivers loading in place (WeightSync.parts)."""
+        a sync relayed inside the trainer's group, these receivers loading in place, `feeders` the other
+        replicas' leaders feeding their own hosts (WeightSync.parts)."""
         key = tuple(in_place) if in_place is not None else None
-        return self.syncs.sync(tuple(train_devices), tuple(gen_devices), role, key)[0]
+        return self.syncs.sync(tuple(train_devices), tuple(gen_devices), role, key, tuple(feeders))[0]
 
     def weight_sync_parts(
-        self, train: Sequence[str], gen: Sequence[str], role: str, in_place: Sequence[str] | None = None
+        self,
+        train: Sequence[str],
+        gen: Sequence[str],
+        role: str,
+        in_place: Sequence[str] | None = None,
+        feeders: Sequence[str] = (),
     ) -> tuple[float, float, str, float, float] | None:
         """(local reshard seconds, remote copy seconds, the remote bottleneck's label or "local reshard",
         the per-tensor host seconds, all host seconds) of one weight sync; None when it moves nothing."""
-        return self.syncs.parts(train, gen, role, in_place)
+        return self.syncs.parts(train, gen, role, in_place, feeders)
 
     def weight_syncs(self, placements: Sequence[TaskPlacement], groups: Sequence[GroupPlacement]) -> list[tuple]:
         """The weight syncs a plan runs each step, as (role, train devices, inference devices[, those of them

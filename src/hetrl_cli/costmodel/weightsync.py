@@ -4,7 +4,8 @@ copy, once per step) and the hand-overs of rollouts and experience between group
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 from hetrl_cli.artifacts.rl import HEAD, PHASES, SYNCED, TaskName, sync_roles
 from hetrl_cli.costmodel import constants as C
@@ -15,6 +16,7 @@ from hetrl_cli.costmodel.memory import weight_bytes_per_param
 from hetrl_cli.costmodel.step import Step
 from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
 
+T = TypeVar("T", bound=Hashable)
 Transfer = tuple[str, str, str, float]
 """(name, src group, dst group, bytes or seconds)."""
 
@@ -32,6 +34,23 @@ engine's own `load_weights` (vLLM's per-parameter weight loader, qkv/gate-up fus
 Llama-3-8B 0.57 s (291 tensors), Qwen2.5-7B 0.55 s (339); the bytes alone (two passes at the L20's 864 GB/s) are
 0.04 s, the rest is 1.5-1.8 ms a tensor. A remote sync's buckets pay WEIGHT_SYNC_PER_TENSOR_S instead (its loader
 runs while later buckets are on the wire)."""
+
+
+def host_feeds(leaders: Sequence[T], receivers: Sequence[T], host_of: Callable[[T], str]) -> dict[T, list[T]]:
+    """Which training replica's leader sends an in-group weight sync to each receiver: `leaders` in replica order
+    (replica 0's first). A receiver on a host where another replica's leader is (the first such) gets the weights
+    from that leader, which gathered its own replica's identical copy, so no full copy crosses a host boundary;
+    every other receiver (replica 0's leader's host, hosts with no replica leader) from replica 0's leader, over
+    the relay chain as before. Shared by the runtime (runtime/weightsync.feed_specs) and the cost model (parts())."""
+    main = leaders[0]
+    feeder_of_host: dict[str, T] = {}
+    for lead in leaders[1:]:
+        feeder_of_host.setdefault(host_of(lead), lead)
+    feeder_of_host[host_of(main)] = main
+    out: dict[T, list[T]] = {main: []}
+    for r in receivers:
+        out.setdefault(feeder_of_host.get(host_of(r), main), []).append(r)
+    return out
 
 
 class WeightSync:
@@ -53,17 +72,27 @@ class WeightSync:
 
     # ---- weight syncs -----------------------------------------------------------------------------------
     def _make_sync(
-        self, train: tuple[str, ...], gen: tuple[str, ...], role: str, in_place: tuple[str, ...] | None = None
+        self,
+        train: tuple[str, ...],
+        gen: tuple[str, ...],
+        role: str,
+        in_place: tuple[str, ...] | None = None,
+        feeders: tuple[str, ...] = (),
     ) -> tuple[float, str, float]:
         """The slower of the local reshard and the remote copies, plus the host part (parts())."""
-        parts = self.parts(train, gen, role, in_place)
+        parts = self.parts(train, gen, role, in_place, feeders)
         if parts is None:
             return 0.0, "", 0.0
         local_s, remote_s, label, tensors_s, host_s = parts
         return max(local_s, remote_s) + host_s, label, tensors_s
 
     def parts(
-        self, train: Sequence[str], gen: Sequence[str], role: str, in_place: Sequence[str] | None = None
+        self,
+        train: Sequence[str],
+        gen: Sequence[str],
+        role: str,
+        in_place: Sequence[str] | None = None,
+        feeders: Sequence[str] = (),
     ) -> tuple[float, float, str, float, float] | None:
         """(local reshard seconds, remote copy seconds, the remote bottleneck's label or "local reshard",
         the per-tensor host seconds, all host seconds) of one weight sync; None when it moves nothing.
@@ -73,9 +102,11 @@ class WeightSync:
         The critic's sync inside critic_train's group (its receivers are trainer devices: syncs()) has no engine
         to reshard into: the trainer's leader relays the full weights to each other receiver over the profile's
         links (a broadcast tree from the leader's host alone: intra-host links, then hosts), and only the leader's
-        own copy is a local one (runtime/weightsync.sync_group over Layout.sync_chain). The actor's sync inside
-        actor_train's group where the runtime relays too (`in_place` given: actor_relay()) is priced the same
-        way, `in_place` (the leader's own copy, one-rank replicas beside one-rank generation) loading in place.
+        own copy is a local one (runtime/weightsync.sync_group over Layout.sync_chain); `feeders` (the other
+        training replicas' leaders: `feeders()`) each feed the receivers on their own host instead, in parallel
+        (host_feeds: no full copy crosses that host's boundary), loading their own copy in place. The actor's
+        sync inside actor_train's group where the runtime relays too (`in_place` given: actor_relay()) is priced
+        the same way, `in_place` (the leader's own copy, one-rank replicas beside one-rank generation) loading in place.
         Under ZeRO-3 an all-gather of the chunks comes first, once (in the local part if there is one, else in the
         remote part; in both where the leader relays inside the group: its relay starts after the gather): the
         runtime gathers the full weights for either.
@@ -96,9 +127,13 @@ class WeightSync:
         local = [d for d in known_g if d in tset]
         remote = [d for d in known_g if d not in tset]
         source = known_t
+        trees: dict[str, list[str]] = {}  # the relays inside the group: feeder -> the receivers it sends a copy
         if in_place is not None or (role == "critic" and local):  # relayed inside the trainer's group
             source = known_t[:1]  # the trainer's leader relays the weights over links (runtime Layout.sync_chain)
             kept = {source[0], *(in_place or ())}  # the leader's own copy (and self-synced ranks') load in place
+            feeds = host_feeds([source[0], *feeders], [d for d in known_g if d not in kept], cluster.host_of)
+            kept |= {f for f, fed in feeds.items() if f in fed}  # a feeding leader's own copy: in place too
+            trees = {f: [d for d in fed if d not in kept] for f, fed in feeds.items()}
             local = [d for d in known_g if d in kept]
             remote = [d for d in known_g if d not in kept]
         local_s = 0.0
@@ -113,7 +148,10 @@ class WeightSync:
             local_s = C.LOCAL_RESHARD_PASSES * nbytes / hbm + gather_s
         remote_s = 0.0
         if remote:
-            remote_s, label = self.broadcast_tree_s(source, remote, nbytes)
+            for feeder, fed in (trees or {"": remote}).items():  # the feeders' relays run side by side
+                seconds, link = self.broadcast_tree_s([feeder] if feeder else source, fed, nbytes) if fed else (0, "")
+                if seconds > remote_s:
+                    remote_s, label = seconds, link
             if not local or len(source) < len(known_t):  # the relay starts after the leader's gather, too
                 remote_s += gather_s
         scale = cluster.overhead_scale((*known_t, *known_g))
@@ -207,11 +245,30 @@ class WeightSync:
         train, infer = (by_task.get(t) for t in SYNCED["critic"])
         together = train is not None and infer is not None and group_of.get(train.task, 0) == group_of.get(infer.task)
         if critic_receivers is not None and together and (receivers := critic_receivers(infer, train)):
-            out.append(("critic", train.devices, receivers))
+            feeders = self.feeders(train)
+            out.append(("critic", train.devices, receivers, *((None, feeders) if feeders else ())))
         return out
 
-    def actor_relay(self, train: TaskPlacement, gen: TaskPlacement) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-        """(receivers, those loading in place) of the actor's sync where generation shares actor_train's group
+    def feeders(self, train: TaskPlacement) -> tuple[str, ...]:
+        """The leaders of training replicas 1.. on hosts other than replica 0's leader's, which feed the receivers
+        of an in-group sync on their own host (host_feeds; runtime/weightsync.feed_specs): after the optimizer
+        step every replica holds the same full weights, each gathered on its leader. Replicas wholly on one host
+        first (their gather crosses no host), then in replica order. None under ZeRO-3 (there the full weights
+        come from one gather over all replicas' chunks)."""
+        if self.step.workload.sharding == "zero3":
+            return ()
+        cluster = self.cluster
+        if any(d not in cluster.device_class for rep in train.replicas for st in rep for d in st):
+            return ()
+        spread = [len({cluster.host_of(d) for st in rep for d in st}) > 1 for rep in train.replicas]
+        order = sorted(range(1, len(train.replicas)), key=lambda i: (spread[i], i))  # whole on one host first
+        home = cluster.host_of(train.replicas[0][0][0])
+        leaders = [train.replicas[i][0][0] for i in order]
+        return tuple(d for d in leaders if cluster.host_of(d) != home)
+
+    def actor_relay(self, train: TaskPlacement, gen: TaskPlacement) -> tuple[tuple[str, ...], ...] | None:
+        """(receivers, those loading in place[, feeders: `feeders()`, where any]) of the actor's sync where
+        generation shares actor_train's group
         and the runtime relays weights over links (runtime/weightsync.sync_specs, Layout.sync_chain); None where
         every generation device loads in place (each a one-rank replica on a one-rank training replica:
         Layout.self_synced_ranks) or only the leader's own copy would be loaded (then a local reshard).
@@ -225,8 +282,10 @@ class WeightSync:
         relayed = tuple(d for d in loading if d not in self_synced and d != leader)
         if not relayed:
             return None
-        in_place = tuple(d for d in gen.devices if d in self_synced or d == leader)
-        return (*in_place, *relayed), in_place
+        feeders = self.feeders(train)  # other replicas' leaders feeding their own hosts (parts()) load in place
+        in_place = tuple(d for d in gen.devices if d in self_synced or d == leader or (d in feeders and d in relayed))
+        relayed = tuple(d for d in relayed if d not in in_place)
+        return ((*in_place, *relayed), in_place, feeders) if feeders else ((*in_place, *relayed), in_place)
 
     # ---- data between groups ----------------------------------------------------------------------------
     def transfer(self, src: Sequence[str], dst: Sequence[str], nbytes: float) -> tuple[float, str]:

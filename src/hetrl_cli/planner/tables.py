@@ -262,7 +262,8 @@ class Tables:
         if infer is None or train is None:
             return 0.0
         receivers = self.cm.tasks.critic_receivers(infer, train)
-        return self.cm.weight_sync_s(train.devices, receivers, "critic") if receivers else 0.0
+        feeders = self.cm.syncs.feeders(train)  # other replicas' leaders feeding their hosts (WeightSync.parts)
+        return self.cm.weight_sync_s(train.devices, receivers, "critic", None, feeders) if receivers else 0.0
 
     # --- between groups ------------------------------------------------------------------------
 
@@ -292,7 +293,7 @@ class Tables:
         train, gen = by_task.get("actor_train"), by_task.get("generation")
         relay = self.cm.syncs.actor_relay(train, gen) if train is not None and gen is not None else None
         if relay is not None:
-            return self.cm.weight_sync_s(train.devices, relay[0], "actor", relay[1])
+            return self.cm.weight_sync_s(train.devices, relay[0], "actor", *relay[1:])
         spec = PairSpec("weight_sync", 0, 0, role="actor")
         return self.pair_cost(spec, devices, devices)
 

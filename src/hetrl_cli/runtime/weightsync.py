@@ -96,20 +96,59 @@ class OverlappedSync:
         self.worker.duty.load_buckets(staged)
 
 
-def sync_specs(layout: Any, engine: str, critic_zero3: bool = False) -> dict[str, list[int]]:
+def sync_specs(layout: Any, engine: str, critic_zero3: bool = False, actor_zero3: bool = False) -> dict[str, list[int]]:
     """The run's weight-sync groups: `sync:actor`, the actor leader and the generation ranks that load the weights
     (`Layout.sync_ranks` less `engine_followers`), and with a critic `sync:critic`, its leader and the
     critic_inference ranks that hold a copy of their own (`Layout.sync_ranks` less `critic_shared_ranks`, which
-    run inference on the trained critic itself). `critic_zero3`: critic_train's weights are zero3 chunks."""
+    run inference on the trained critic itself). `critic_zero3`/`actor_zero3`: the trainer's weights are zero3
+    chunks. Each is split by host where other replicas' leaders feed their own hosts (`feed_specs`)."""
     followers = engine_followers(layout, engine)
     leader = layout.tasks["actor_train"].leader
     actor = [r for r in layout.sync_ranks("actor_train", "generation") if r == leader or r not in followers]
-    specs = {"sync:actor": actor}
+    specs = feed_specs("sync:actor", layout, "actor_train", actor, actor_zero3)
     if "critic_train" in layout.tasks:
         shared, critic_leader = critic_shared_ranks(layout, critic_zero3), layout.tasks["critic_train"].leader
         ranks = layout.sync_ranks("critic_train", "critic_inference")
-        specs["sync:critic"] = [r for r in ranks if r == critic_leader or r not in shared]
+        critic = [r for r in ranks if r == critic_leader or r not in shared]
+        specs |= feed_specs("sync:critic", layout, "critic_train", critic, critic_zero3)
     return specs
+
+
+def feed_specs(name: str, layout: Any, source: str, members: list[int], zero3: bool) -> dict[str, list[int]]:
+    """`name` (replica 0's leader and the receivers it relays to) and `name@<leader>` for each other replica
+    whose leader feeds the receivers on its own host (costmodel.weightsync.host_feeds): after the optimizer
+    step every replica holds the same full weights, and each such leader gathers its own replica's, so no full
+    copy crosses that host's boundary (a replica wholly on the host first). Not under zero3 (one gather over
+    every replica's chunks feeds them all)."""
+    from hetrl_cli.costmodel.weightsync import host_feeds
+    from hetrl_cli.runtime.layout import split_device_id
+
+    task, host = layout.tasks[source], lambda r: split_device_id(layout.devices[r])[0]
+    if zero3:
+        return {name: members}
+    whole = sorted(task.replicas[1:], key=lambda rep: len({host(r) for r in rep.ranks}) > 1)  # gathers in a host
+    feeds = host_feeds([task.replicas[0].grid[0][0], *(rep.grid[0][0] for rep in whole)],
+                       [r for r in members if r != task.leader], host)  # fmt: skip
+    specs = {name: sorted({task.leader, *feeds.pop(task.leader)})}
+    return specs | {f"{name}@{lead}": sorted({lead, *fed}) for lead, fed in feeds.items()}
+
+
+def gathers(w: Any, task: str) -> bool:
+    """Whether rank `w` takes part in gathering `task`'s full weights for its sync: replica 0's ranks (and every
+    rank under zero3: `in_first_replica`), and those of a replica whose leader feeds a group (`feed_specs`)."""
+    if w.in_first_replica(task):
+        return True
+    rep = w.layout.tasks[task].replica_of(w.rank)
+    return rep is not None and w.groups.size(f"sync:{task.removesuffix('_train')}@{rep.grid[0][0]}") > 0
+
+
+def sync_membership(w: Any, source: str) -> tuple[str, int] | None:
+    """(the sync group of `source` rank `w` is in, that group's sending leader); None when in none."""
+    group = "sync:" + source.removesuffix("_train")
+    for name in w.groups.members:
+        if (name == group or name.startswith(group + "@")) and w.groups.has(name, w.rank):
+            return name, (int(name.rpartition("@")[2]) if "@" in name else w.layout.tasks[source].leader)
+    return None
 
 
 def critic_shared_ranks(layout: Any, zero3: bool) -> set[int]:
@@ -160,17 +199,18 @@ def sync_group(w: Any, source: str, target: str, trainer: Any, gathered: Any, lo
     from hetrl_cli.runtime.engines.duty import sync_bucket_bytes
     from hetrl_cli.runtime.precision import torch_dtype
 
-    leader = w.layout.tasks[source].leader
-    group = "sync:" + source.removesuffix("_train")
     bucket_bytes = sync_bucket_bytes()
-    if w.rank != leader and w.rank in w.layout.self_synced_ranks(source, target):
+    member = sync_membership(w, source)  # a feeding replica's leader sends even where self-synced
+    if member is None and w.rank in w.layout.self_synced_ranks(source, target):
         if load is not None:  # this rank's own replica holds the same trained weights
             load(buckets(gathered if gathered is not None else trainer.named_weights(), bucket_bytes))
-    elif w.groups.has(group, w.rank):
+    elif member is not None:
+        group, leader = member
         named = gathered if w.rank == leader else None
         channel = w.channels.get(group)
         if channel is None:
-            chain = [r for r in w.layout.sync_chain(source, target) if w.groups.has(group, r)]
+            chain = [r for r in w.layout.sync_chain(source, target) if r != leader and w.groups.has(group, r)]
+            chain = [leader, *chain]  # a feeding replica's leader first, then its host's receivers
             dtype = torch_dtype(w.workload.precision)
             channel = comm.WeightChannel(leader, w.groups.get(group), w.groups.size(group), chain, w.device, dtype,
                                          bucket_bytes)  # fmt: skip

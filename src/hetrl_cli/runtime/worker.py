@@ -198,7 +198,7 @@ class Worker:
         from hetrl_cli.runtime.weightsync import sync_specs
 
         zero3 = self.params_sharded("critic_train")  # vLLM's TP followers and a shared critic take no weights
-        return specs | sync_specs(lay, self.manifest.engine, zero3)
+        return specs | sync_specs(lay, self.manifest.engine, zero3, self.params_sharded("actor_train"))
 
     def _model_dir(self, role: str) -> Path:
         from hetrl_cli.runtime.tinymodel import resolve_model_dir
@@ -484,8 +484,10 @@ class Worker:
         rank that holds a whole training replica itself (the leader's, or any one-rank replica colocated with
         one-rank generation) is updated in place from its own tensors, bucket by bucket, with no transfer.
         `wait=False`: the leader returns with its sends on the wire (overlapped async)."""
+        from hetrl_cli.runtime.weightsync import gathers  # replica 0 and the replicas feeding their own hosts
+
         gathered = None
-        if self.actor is not None and self.in_first_replica("actor_train"):
+        if self.actor is not None and gathers(self, "actor_train"):
             gathered = self.actor.named_weights()
             if self.manifest.verify_weights and self.leads("actor_train"):
                 from hetrl_cli.runtime.engines import checksum_named
@@ -503,12 +505,12 @@ class Worker:
     def sync_critic(self) -> None:
         """PPO: the critic_train leader's weights to the critic_inference ranks with a copy of their own (blocking;
         none where every one runs on the trained critic: weightsync.critic_sync_moves)."""
-        from hetrl_cli.runtime.weightsync import critic_sync_moves
+        from hetrl_cli.runtime.weightsync import critic_sync_moves, gathers
 
         if not critic_sync_moves(self.layout, self.params_sharded("critic_train")):
             return
         critic_named = None
-        if self.critic is not None and self.in_first_replica("critic_train"):
+        if self.critic is not None and gathers(self, "critic_train"):
             critic_named = self.critic.named_weights()
         separate = self.critic_infer is not None and self.critic_infer is not self.critic
         load = (lambda named_buckets: [self.critic_infer.load_weights(b) for b in named_buckets]) if separate else None
