@@ -12,7 +12,8 @@ Groups (created once, in a fixed order, by every rank, as torch.distributed requ
 - sync:actor / sync:critic: a training leader plus the ranks that run inference with those weights and do not
   hold them in a one-rank training replica of their own; the weights go here in bounded buckets of flat buffers
   in the workload's precision (not one message per tensor, nor the whole model at once), each relayed along a
-  chain that crosses each host boundary once (`relay`).
+  chain that crosses each host boundary once (`relay`); sync:actor@<rank> / sync:critic@<rank>: another
+  training replica's leader and the receivers on its host, which it feeds itself (weightsync.feed_specs).
 Gloo on CPU, NCCL on GPU (with gloo for object collectives).
 """
 
