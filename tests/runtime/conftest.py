@@ -67,3 +67,20 @@ def count_gathers(monkeypatch: pytest.MonkeyPatch, size: int) -> list[int]:
 
     monkeypatch.setattr(zero3, "_all_gather", gather)
     return moved
+
+
+def count_received(dist: Any, crosses: Any = None) -> list[int]:
+    """`dist.irecv` wrapped in this (spawned) rank: every weight byte of a relay reaches a rank through it. Returns
+    [bytes received, bytes received from a source rank for which `crosses(src)` holds], updated as the sync runs."""
+    counts = [0, 0]
+    real_irecv = dist.irecv
+
+    def counting_irecv(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        size = tensor.numel() * tensor.element_size()
+        counts[0] += size
+        if crosses is not None and crosses(kwargs["src"]):
+            counts[1] += size
+        return real_irecv(tensor, *args, **kwargs)
+
+    dist.irecv = counting_irecv
+    return counts

@@ -22,6 +22,7 @@ import torch.multiprocessing as mp
 from hetrl_cli.runtime.layout import Layout
 from hetrl_cli.runtime.local import free_port
 
+from .conftest import count_received
 from .plans import hand_plan, on, replica, tiny_workload
 
 A0, A1, B0, B1 = "a0/0", "a0/1", "b0/0", "b0/1"
@@ -91,17 +92,8 @@ def _sync_worker(rank: int, port: int, case: str, out: str) -> None:
     layout = Layout.from_plan(plan)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=layout.world_size)
     groups = comm.make_groups(sync_specs(layout, engine, False), 60.0)
-    received, crossing = [0], [0]
-    real_irecv = dist.irecv
     host = lambda r: layout.devices[r].split("/")[0]  # noqa: E731
-
-    def counting_irecv(tensor, *args, **kwargs):  # every weight byte reaches a rank through the relay's irecv
-        received[0] += tensor.numel() * tensor.element_size()
-        if host(kwargs["src"]) != host(rank):  # ... and crosses a host boundary where it comes from another host
-            crossing[0] += tensor.numel() * tensor.element_size()
-        return real_irecv(tensor, *args, **kwargs)
-
-    dist.irecv = counting_irecv
+    counts = count_received(dist, lambda src: host(src) != host(rank))  # [all, from another host]
     train, gen = layout.tasks["actor_train"], layout.tasks["generation"]
     w = SimpleNamespace(rank=rank, layout=layout, groups=groups, channels={}, device="cpu", workload=plan.workload,
                         manifest=SimpleNamespace(verify_weights=False))  # fmt: skip
@@ -111,8 +103,8 @@ def _sync_worker(rank: int, port: int, case: str, out: str) -> None:
     w._sync = lambda *args, **kwargs: sync_group(w, *args, **kwargs)
     for _ in range(SYNCS):
         Worker.sync_actor(w)
-    result = {"received": received[0], "loaded": w.duty.loaded_bytes if w.duty is not None else 0,
-              "crossing": crossing[0], "checksum": w.duty.checksum if w.duty is not None else None}  # fmt: skip
+    result = {"received": counts[0], "loaded": w.duty.loaded_bytes if w.duty is not None else 0,
+              "crossing": counts[1], "checksum": w.duty.checksum if w.duty is not None else None}  # fmt: skip
     Path(out, f"{layout.devices[rank]}.json".replace("/", "_")).write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()

@@ -21,6 +21,7 @@ import torch.multiprocessing as mp
 from hetrl_cli.runtime.layout import Layout
 from hetrl_cli.runtime.local import free_port
 
+from .conftest import count_received
 from .plans import hand_plan, on, replica, tiny_workload
 
 A0, A1, B0, B1 = "a0/0", "a0/1", "b0/0", "b0/1"
@@ -82,14 +83,7 @@ def _sync_worker(rank: int, port: int, case: str, out: str) -> None:
     layout = Layout.from_plan(plan)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=layout.world_size)
     groups = comm.make_groups(sync_specs(layout, "hf", False), 60.0)
-    received = [0]
-    real_irecv = dist.irecv
-
-    def counting_irecv(tensor, *args, **kwargs):  # every weight byte reaches a rank through the relay's irecv
-        received[0] += tensor.numel() * tensor.element_size()
-        return real_irecv(tensor, *args, **kwargs)
-
-    dist.irecv = counting_irecv
+    received = count_received(dist)
     train, infer = layout.tasks["critic_train"], layout.tasks["critic_inference"]
     w = SimpleNamespace(rank=rank, layout=layout, groups=groups, channels={}, device="cpu", workload=plan.workload,
                         tasks=layout.tasks_of(rank), params_sharded=lambda task: False)  # fmt: skip

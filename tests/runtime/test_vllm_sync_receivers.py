@@ -20,6 +20,7 @@ from hetrl_cli.runtime.layout import Layout
 from hetrl_cli.runtime.local import free_port
 from hetrl_cli.runtime.weightsync import engine_followers, sync_specs
 
+from .conftest import count_received
 from .plans import D0, D1, hand_plan, on, replica, tiny_workload
 from .test_vllm_tp_roles import FakeVLLM
 
@@ -60,14 +61,7 @@ def _sync_worker(rank: int, port: int, engine_name: str, out: str) -> None:
     layout = Layout.from_plan(plan)
     gen = layout.tasks["generation"].replicas[0]
     groups = comm.make_groups(sync_specs(layout, engine_name) | {"tp:generation:0:0": list(gen.ranks)}, 60.0)
-    received = [0]
-    real_irecv = dist.irecv
-
-    def counting_irecv(tensor, *args, **kwargs):  # every weight byte reaches a rank through the relay's irecv
-        received[0] += tensor.numel() * tensor.element_size()
-        return real_irecv(tensor, *args, **kwargs)
-
-    dist.irecv = counting_irecv
+    received = count_received(dist)
     tp_group = groups.get("tp:generation:0:0")
     leader_rank = gen.grid[0][0]
     engine = duty = None
