@@ -37,12 +37,6 @@ def setting(cluster_dict: dict, workload: dict):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="planner/hybrid.py (engineer 4): on clusters of WHOLE_HOSTS_FROM (6) sub-hosts or more the genome moves "
-    "whole hosts; u24's ILP optimum (half granularity) gives generation 4 of an 8-GPU L40S host and training "
-    "the other 4 (30.57 s/it); the hybrid's best is 31.39 s/it (0.974) from 32 to 1024 evaluations and at 10 s",
-)
 def test_the_hybrid_reaches_the_half_host_optimum_on_u24():
     """Held-out u24 (GRPO async 1.7B, 37 GPUs on 6 hosts, one region): hybrid ≥ 0.99 × the ILP's proven
     optimum at a fixed number of evaluations (the target says at 10 s; evaluations make it load-free)."""

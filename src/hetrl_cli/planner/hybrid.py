@@ -3,7 +3,8 @@ arms) and L2 (device-count splits, the sub-arms), and a genetic search over L3 (
 
 - A *genome* gives every block of devices an owner group (or none). Blocks are whole sub-hosts on clusters
   of WHOLE_HOSTS_FROM sub-hosts or more, else half sub-hosts, so the genome space contains every ILP pool
-  at `host` granularity (and more: blocks of one class spread over many groups).
+  at `host` granularity (and more: blocks of one class spread over many groups). Each whole stage's answer
+  then tries half-host moves (`halves`): one half of a large whole-host block to another owner.
 - A *screen* first (planner/screen.py, within SCREEN_SHARE of the budget, on clusters of 2…SCREEN_CLASSES
   device classes and at most MAX_ROWS rows): per grouping a branch and bound over rows (blocks per class per
   group, classes split or idle) under proxy phase times from each task alone on class unions and class
@@ -35,6 +36,7 @@ arms) and L2 (device-count splits, the sub-arms), and a genetic search over L3 (
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -46,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from hetrl_cli.artifacts.rl import TaskName
 from hetrl_cli.planner.screen import Screen, Screened
-from hetrl_cli.planner.search import IDLE, Block, Budget, Candidate, Subset
+from hetrl_cli.planner.search import IDLE, STEP_RESERVE_SHARE, Block, Budget, Candidate, Subset
 from hetrl_cli.planner.space import DeviceClass, groupings
 from hetrl_cli.planner.tables import GroupOption, Tables
 
@@ -75,6 +77,10 @@ EXTRA_STAGES = 2
 """A search that must find a plan (no baseline has one) runs on past its --max-evals for at most this many stages:
 the cut stage whole, then the next (256 + 512 evaluations after a cut in the first stage). Never past a wall-clock
 budget: --budget is honoured (a 10 s budget ran 57.7 s on a cluster where nothing plans)."""
+HALF_MOVES = 2
+"""Half-host moves applied to the answer at most (Hybrid.halves)."""
+HALF_EVALS = 64
+"""Evaluations the half-host moves may spend, past the budget (a few ms each on the uneven suite)."""
 FIRST_STAGE_S = 2.0
 """The first stage's nominal seconds under a wall-clock budget (then 4, 8, 16 s, ...). Smaller first stages cost
 quality at 2 s on the paper's PPO settings (0.5 s: 0.83 of the ILP optimum on multi-continent 8B PPO async)."""
@@ -461,6 +467,7 @@ class Hybrid:
         best: HybridResult | None = None
         lead: tuple[tuple[Subset, ...], tuple[int, ...], float] | None = None
         evals = rounds = 0
+        half_s = STEP_RESERVE_SHARE * budget.budget_s if budget.max_evals is None and budget.budget_s else None
         for k in itertools.count():
             stage = _stage_budget(budget, k, evals)
             carried = list(seeds)
@@ -468,6 +475,8 @@ class Hybrid:
             if lead is not None:
                 carried.append((lead[0], list(lead[1])))
             found = self._stage(stage, carried, progress, self.seed + 7919 * k)
+            if found.options is not None and (budget.max_evals is None or stage.evals >= (stage.max_evals or 0)):
+                found = halves(self, found, half_s)  # a stage cut by --max-evals: not (anytime, `halves`)
             evals += stage.evals
             rounds += found.rounds
             if found.options is not None and (best is None or found.score < best.score - 1e-12):
@@ -625,6 +634,47 @@ class Hybrid:
             cand = admit(self.evaluate(grouping, child, budget))
             if cand.score < arm.population[-1].score:
                 arm.population[-1] = cand
+
+
+def halves(search: Hybrid, best: HybridResult, seconds: float | None = None) -> HybridResult:
+    """The answer's large whole-host blocks split in halves, each half moved to every other owner, the best
+    move kept, at most HALF_MOVES times (HALF_EVALS evaluations past the budget; under a wall-clock budget also
+    at most `seconds`, the step reserve's share of it: 0.5 s at 10 s). Whole-host genomes
+    (WHOLE_HOSTS_FROM) cannot give one 8-GPU host to two groups, which the ILP at half granularity can
+    (held-out u24: generation 4 of an L40S host, training the other 12; docs/benchmarks.md). Only blocks of
+    >= 4 devices, a power of two (the ILP's halving parts). A stage's answer only, never its lead (later stages
+    search whole hosts from it), so never a worse plan; under --max-evals only a stage that ran whole (`run`): a
+    cut stage's answer changes with the cut, and its split could beat a longer run's (not anytime)."""
+    assert best.grouping is not None
+    split = [b for b in search.blocks if b.size >= 4 and b.size & (b.size - 1) == 0]
+    if not split or len(best.genome) != len(search.blocks):
+        return best
+    fine = Hybrid(search.tables, search.seed, search.steer)
+    fine.blocks, genome, second_halves = [], [], []  # each split block's second half (the two are alike)
+    for b, owner in zip(search.blocks, best.genome, strict=True):
+        half = b.size // 2
+        parts = [Block(b.cls, b.host, b.start + h * half, half) for h in (0, 1)] if b in split else [b]
+        fine.blocks.extend(parts)
+        genome.extend([owner] * len(parts))
+        if len(parts) == 2:
+            second_halves.append(len(fine.blocks) - 1)
+    owners = [*range(len(best.grouping)), IDLE]
+    budget, value, found = Budget(seconds, HALF_EVALS), best.score, None
+    for _ in range(HALF_MOVES):
+        moved = None
+        for i in second_halves:
+            for owner in owners:
+                if owner == genome[i] or budget.spent():
+                    continue
+                child = [*genome[:i], owner, *genome[i + 1 :]]
+                cand = fine.evaluate(best.grouping, child, budget)
+                score = cand.score if cand.answer is None else cand.answer
+                if cand.options is not None and cand.allowed and score < value * (1 - 1e-9):
+                    value, moved = score, cand
+        if moved is None:
+            break
+        genome, found = list(moved.genome), moved
+    return best if found is None else dataclasses.replace(best, options=found.options, score=value, genome=found.genome)
 
 
 def _stage_budget(outer: Budget, k: int, used: int, whole: bool = False) -> Budget:
