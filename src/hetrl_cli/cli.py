@@ -163,7 +163,7 @@ def parse_duration(text: str, option: str = "") -> float:
         value = float(number) * factor
     except ValueError:
         raise BadInput(f"{where}: write e.g. 60s, 2m, 500ms") from None
-    if not value > 0 or value == float("inf"):  # nan and inf parse as floats
+    if not 0 < value < float("inf"):  # nan and inf parse as floats
         raise BadInput(f"{where}: must be a positive, finite time")
     return value
 

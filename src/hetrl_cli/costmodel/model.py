@@ -111,8 +111,7 @@ class CostModel:
         in_place: Sequence[str] | None = None,
         feeders: Sequence[str] = (),
     ) -> tuple[float, float, str, float, float] | None:
-        """(local reshard seconds, remote copy seconds, the remote bottleneck's label or "local reshard",
-        the per-tensor host seconds, all host seconds) of one weight sync; None when it moves nothing."""
+        """WeightSync.parts of this model's syncs (its five terms; None when the sync moves nothing)."""
         return self.syncs.parts(train, gen, role, in_place, feeders)
 
     def weight_syncs(self, placements: Sequence[TaskPlacement], groups: Sequence[GroupPlacement]) -> list[tuple]:
