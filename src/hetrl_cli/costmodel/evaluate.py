@@ -52,6 +52,8 @@ def evaluate(model: CostModel, groups: Sequence[GroupPlacement], placements: Seq
         ws += seconds  # the runtime syncs the actor, then the critic
         if seconds > slowest:  # the bottleneck sentence names the slower sync
             slowest, ws_label = seconds, sync_label(role, label)
+    tasks = [p.task for p in placements]  # each sync starts with its trainer's gather (WeightSync.gather_s)
+    ws += sum(model.sync_gathers_s([p for p in placements if p.task in g.tasks], tasks) for g in groups)
     asynchronous = model.workload.mode == "async" and is_async_split(groups)
     iteration = compose_iteration(phases, boundary, ws, asynchronous)
     timeline = build_timeline(groups, estimates, phases, transfers, boundary, ws, asynchronous)

@@ -58,8 +58,9 @@ class CostModel:
         self.generation = Generation(self.step, self.cluster, self.overhead_factor, engine)
         """`engine`: the rollout engine priced (None: a vLLM-like engine; "hf": generation.decode_host_step_s)."""
         self.tasks = Tasks(self.step, self.cluster, self.forward, self.generation, self.task_overhead_s)
-        self.syncs = WeightSync(self.step, self.cluster, self.task_overhead_s, self.overhead_factor)
-        self.syncs.leader_loads = engine != "hf"  # the hf engine's every TP rank receives the weights
+        self.syncs = WeightSync(  # the hf engine's every TP rank receives the weights; vLLM's leader alone
+            self.step, self.cluster, self.task_overhead_s, self.overhead_factor, leader_loads=engine != "hf"
+        )
         self.links = self.cluster.links
         self.required_tasks: tuple[TaskName, ...] = self.step.required_tasks
         """The tasks a plan must place (a rule-based reward runs on the driver, not on a device)."""
@@ -118,6 +119,11 @@ class CostModel:
         """The weight syncs a plan runs each step, as (role, train devices, inference devices[, those of them
         loading in place where the runtime relays inside the group])."""
         return self.syncs.syncs(placements, groups, self.tasks.critic_receivers)
+
+    def sync_gathers_s(self, group: Sequence[TaskPlacement], tasks: Sequence[str], actor_beside: bool = True) -> float:
+        """Seconds the syncs of the trainers in `group` (one group's placements; `tasks`: the plan's) wait for
+        their replicas' full weights to be gathered on the sending leaders (WeightSync.group_gathers_s)."""
+        return self.syncs.group_gathers_s(group, tasks, self.tasks.critic_receivers, actor_beside)
 
     def transfer_s(self, src_devices: Sequence[str], dst_devices: Sequence[str], nbytes: float) -> float:
         """Rollouts/experience between groups: α + bytes/β on the best host pair; 0 on the same device set."""

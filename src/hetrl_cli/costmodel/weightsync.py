@@ -57,7 +57,12 @@ class WeightSync:
     """Weight syncs and data transfers between device sets of one cluster and workload."""
 
     def __init__(
-        self, step: Step, cluster: Cluster, task_overhead_s: dict[str, float], overhead_factor: dict[str, float]
+        self,
+        step: Step,
+        cluster: Cluster,
+        task_overhead_s: dict[str, float],
+        overhead_factor: dict[str, float],
+        leader_loads: bool = True,
     ) -> None:
         self.step = step
         self.cluster = cluster
@@ -66,7 +71,9 @@ class WeightSync:
         self.sync: Memo[tuple[float, str, float]] = Memo(self._make_sync)
         """sync(train devices, inference devices, role[, in-place receivers]) → (seconds, the bottleneck's label,
         the per-tensor host part of the seconds)."""
-        self.leader_loads = True
+        self.leader_loads = leader_loads
+        self.gathers: Memo[float] = Memo(self._make_gather)
+        """gathers(role, train replicas, in-group receivers or None) → seconds (gather_s)."""
         """Whether a generation replica's first device alone takes the weights (vLLM-like engine: the cost model's
         default); False for the hf engine, whose every TP rank receives them (runtime/weightsync.engine_followers)."""
 
@@ -162,6 +169,95 @@ class WeightSync:
         tensors_s = per_step * self.overhead_factor.get("weight_sync", 1.0)
         host_s = (tensors_s + self.task_overhead_s.get("weight_sync", 0.0)) * scale
         return local_s, remote_s, label, tensors_s * scale, host_s
+
+    def gather_s(self, role: str, train: TaskPlacement, receivers: Sequence[str] | None = None) -> float:
+        """Seconds a sync waits for its sources' full weights: each gathering training replica's leader receives
+        its replica's TP shards and PP stages from the other members (runtime Shard.full_weights; every sync,
+        colocated or not, starts with it). Replica 0's; where the sync is relayed inside the group (`receivers`:
+        the devices relayed to, syncs()) also those of the replicas whose leaders feed their own host
+        (host_feeds), side by side: the slowest. 0 under ZeRO-3 (parts() prices its all-gather of the chunks)."""
+        key = tuple(receivers) if receivers is not None else None
+        return self.gathers(role, train.replicas, key)
+
+    def group_gathers_s(
+        self,
+        group: Sequence[TaskPlacement],
+        tasks: Sequence[str],
+        critic_receivers: Callable[[TaskPlacement, TaskPlacement], tuple[str, ...]] | None = None,
+        actor_beside: bool = True,
+    ) -> float:
+        """The gathers (gather_s) of the syncs whose trainer is in this group of placements, `tasks` the plan's:
+        the actor's always; the critic's when critic_inference is apart, or beside it with receivers that hold a
+        copy of their own (`critic_receivers`: syncs()). What a plan's weight sync adds to its syncs' seconds
+        (evaluate), and what the planner's group option adds (planner/tables.py), so both read one price; there
+        the actor's where generation is in the group is in the group's own sync instead (`actor_beside` False:
+        Tables.same_group_weight_sync)."""
+        by_task = {p.task: p for p in group}
+        out = 0.0
+        for role, (train_task, infer_task) in SYNCED.items():
+            train = by_task.get(train_task)
+            if train is None or infer_task not in tasks:
+                continue
+            infer, receivers = by_task.get(infer_task), None
+            if infer is not None and role == "actor" and not actor_beside:
+                continue
+            if infer is not None and role == "actor":
+                relay = self.actor_relay(train, infer)
+                receivers = relay[0] if relay is not None else None
+            elif infer is not None:
+                receivers = critic_receivers(infer, train) if critic_receivers is not None else ()
+                if not receivers:  # every critic_inference device runs on the trained critic: no sync at all
+                    continue
+            out += self.gather_s(role, train, receivers)
+        return out
+
+    def _make_gather(
+        self, role: str, replicas: tuple[tuple[tuple[str, ...], ...], ...], receivers: tuple[str, ...] | None
+    ) -> float:
+        cluster = self.cluster
+        if self.step.workload.sharding == "zero3" or not replicas:
+            return 0.0
+        if any(d not in cluster.device_class for rep in replicas for st in rep for d in st):
+            return 0.0
+        gathering = [replicas[0]]
+        if receivers is not None:
+            by_leader = {rep[0][0]: rep for rep in replicas}
+            feeders = self.feeders(TaskPlacement(SYNCED[role][0], replicas))
+            leader = replicas[0][0][0]
+            fed = host_feeds([leader, *feeders], [d for d in receivers if d != leader], cluster.host_of)
+            gathering += [by_leader[f] for f in fed if f != leader]
+        return max(self.replica_gather_s(role, rep) for rep in gathering)
+
+    def replica_gather_s(self, role: str, replica: Sequence[Sequence[str]]) -> float:
+        """One replica's gather onto its leader (stage 0's first device): the members' bytes
+        (replica_gather_bytes), member after member (runtime/gather.Exchange: one point-to-point receive at a
+        time), each over its link to the leader."""
+        links, host_of = self.cluster.links, self.cluster.host_of
+        leader = host_of(replica[0][0])
+        seconds = 0.0
+        for device, nbytes in self.replica_gather_bytes(role, replica):
+            link = links.between(host_of(device), leader)
+            seconds += link.latency_s + nbytes / link.bandwidth_Bps
+        return seconds
+
+    def replica_gather_bytes(self, role: str, replica: Sequence[Sequence[str]]) -> list[tuple[str, float]]:
+        """(member, bytes it sends its leader) of one replica's gather: every member but the leader sends the
+        weights it owns, its stage's parameters / TP (a tied embedding once, on the first stage, as the runtime
+        holds it: Shard.owned), the layers split evenly over the stages (the gather moves every byte once,
+        whatever the split; only the leader's own share depends on it)."""
+        arch = self.step.arch.get(SYNCED[role][0]) or self.step.arch.get(SYNCED[role][1])
+        if arch is None:
+            return []
+        head, pp = HEAD[SYNCED[role][0]], len(replica)
+        split = [arch.num_layers // pp + (1 if p < arch.num_layers % pp else 0) for p in range(pp)]
+        wbytes = weight_bytes_per_param(self.step.workload)
+        out = []
+        for p, stage in enumerate(replica):
+            params = self.step.stage_params(arch, head, split, p)
+            if p == pp - 1 and pp > 1 and head == "lm" and arch.tie_embeddings:
+                params -= arch.embedding_params  # the runtime's tied head is the first stage's embedding
+            out += [(device, params / len(stage) * wbytes) for i, device in enumerate(stage) if p or i]
+        return out
 
     @staticmethod
     def colocated_refit_s(tensors: int) -> float:

@@ -52,7 +52,9 @@ class GroupOption:
     task_s: tuple[float, ...]
     phase_s: tuple[float, ...]
     critic_sync_s: float = 0.0
-    """The critic's weight sync inside the group (`Tables.in_group_critic_sync`); part of the plan's weight sync."""
+    """The weight-sync seconds this option adds by itself: the critic's sync inside the group
+    (`Tables.in_group_critic_sync`) and the gathers of its trainers' replicas before their syncs
+    (CostModel.sync_gathers_s); part of the plan's weight sync."""
 
 
 @dataclass
@@ -239,7 +241,7 @@ class Tables:
         return out
 
     def _option(self, tasks: tuple[TaskName, ...], devices: tuple[str, ...], chosen: list) -> GroupOption:
-        times = tuple(c[0] for c in chosen)
+        times, chosen_p = tuple(c[0] for c in chosen), [c[2] for c in chosen]
         phase = [0.0] * len(PHASES)
         for task, seconds in zip(tasks, times, strict=True):
             phase[PHASE_OF[task]] += seconds
@@ -250,7 +252,7 @@ class Tables:
             placements=tuple(c[2] for c in chosen),
             task_s=times,
             phase_s=tuple(phase),
-            critic_sync_s=self.in_group_critic_sync([c[2] for c in chosen]),
+            critic_sync_s=self.in_group_critic_sync(chosen_p) + self.cm.sync_gathers_s(chosen_p, self.tasks, False),
         )
 
     def in_group_critic_sync(self, placements: Sequence[TaskPlacement]) -> float:
@@ -292,10 +294,12 @@ class Tables:
         by_task = {p.task: p for p in placements}
         train, gen = by_task.get("actor_train"), by_task.get("generation")
         relay = self.cm.syncs.actor_relay(train, gen) if train is not None and gen is not None else None
+        # plus the trainer's gather on its layouts (WeightSync.gather_s); none known on devices alone
+        gather = self.cm.syncs.gather_s("actor", train, relay[0] if relay else None) if train is not None else 0.0
         if relay is not None:
-            return self.cm.weight_sync_s(train.devices, relay[0], "actor", *relay[1:])
+            return self.cm.weight_sync_s(train.devices, relay[0], "actor", *relay[1:]) + gather
         spec = PairSpec("weight_sync", 0, 0, role="actor")
-        return self.pair_cost(spec, devices, devices)
+        return self.pair_cost(spec, devices, devices) + gather
 
     # --- whole plans ---------------------------------------------------------------------------
 
