@@ -143,7 +143,8 @@ class Screen:
         """Row → the weight sync when actor_train and generation share it (the branch and bound's `local`); on
         an exact entry's (subset, row), that on the option's layouts (a relay between its devices)."""
         self.critic_sync: dict[tuple[Subset, Row], float] = {}
-        """(subset, row) of an exact entry → the critic's sync inside the group (GroupOption.critic_sync_s)."""
+        """(subset, row) of an exact entry → the option's own sync seconds (GroupOption.critic_sync_s: the critic's
+        sync inside the group, the trainers' gathers)."""
 
     # --- devices of rows ------------------------------------------------------------------------
 
@@ -343,10 +344,10 @@ class Screen:
                 return self._local[row]
 
             local[gen] = actor
-        critic = next((i for i, g in enumerate(grouping) if "critic_train" in g and "critic_inference" in g), None)
-        if critic is not None:  # known on exact rows (make_exact); 0 on proxies
-            subset, alone = grouping[critic], local.get(critic)
-            local[critic] = lambda row: (alone(row) if alone else 0.0) + self.critic_sync.get((subset, row), 0.0)
+        for own in (i for i, g in enumerate(grouping) if "critic_train" in g or "actor_train" in g):
+            # the option's own sync seconds (critic in its group, trainers' gathers): exact rows; 0 on proxies
+            subset, alone = grouping[own], local.get(own)
+            local[own] = lambda row, s=subset, a=alone: (a(row) if a else 0.0) + self.critic_sync.get((s, row), 0.0)
         overlap = self.tables.workload.mode == "async" and ("generation",) in grouping
         floor = self.tables.floor
         pairs = (self.pair_cost, [self.pair_memo(spec) for spec in specs])
