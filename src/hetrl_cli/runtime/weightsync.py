@@ -151,6 +151,22 @@ def sync_membership(w: Any, source: str) -> tuple[str, int] | None:
     return None
 
 
+def times_sync(w: Any) -> bool:
+    """Whether rank `w`'s weight_sync seconds are sync work, not waiting for training to end (the step's
+    weight_sync_s is the longest of these, as the slowest feed sets when generation can start): every sending
+    leader (replica 0's of actor_train, each replica leader feeding its own host: `feed_specs`, and the critic's
+    where its sync moves anything), a rank updating its engine from its own replica (in parallel with the others),
+    and an overlapped-async generation rank's receive. Before, only the actor's replica-0 leader of the senders."""
+    layout = w.layout
+    if w.leads("actor_train") or (w.overlapped and w.generator is not None):
+        return True
+    if w.generator is not None and w.rank in layout.self_synced_ranks("actor_train", "generation"):
+        return True
+    critic = critic_sync_moves(layout, w.params_sharded("critic_train"))
+    sources = ["actor_train", "critic_train"] if critic else ["actor_train"]
+    return any((m := sync_membership(w, s)) is not None and m[1] == w.rank for s in sources if s in layout.tasks)
+
+
 def critic_shared_ranks(layout: Any, zero3: bool) -> set[int]:
     """Ranks whose critic inference runs on the trained critic itself: their critic_inference replica is laid out
     exactly like their critic_train replica (same ranks by stage and TP index, same layer split); under zero3

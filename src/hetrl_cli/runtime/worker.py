@@ -524,12 +524,11 @@ class Worker:
 
     # reporting and checkpoints ---------------------------------------------------------------------------
     def times_weight_sync(self) -> bool:
-        """Whether this rank's weight_sync seconds are sync work, not waiting for training to end: the actor
-        leader's, a rank updating its engine from its own replica (in parallel with the others), and an
-        overlapped-async generation rank's receive. The step's weight_sync_s is the longest of these."""
-        if self.leads("actor_train") or (self.overlapped and self.generator is not None):
-            return True
-        return self.generator is not None and self.rank in self.layout.self_synced_ranks("actor_train", "generation")
+        """Whether this rank's weight_sync seconds are sync work (weightsync.times_sync: every sending leader, a
+        rank updating its engine from its own replica, an overlapped receive); the step's is the longest."""
+        from hetrl_cli.runtime.weightsync import times_sync
+
+        return times_sync(self)
 
     def report(self, step: int, rollouts: list[Rollout], report: dict[str, Any], timer: Timer, step_s: float) -> None:
         """Phase 6: gather every rank's timings and sums to rank 0, which appends one metrics line."""
