@@ -69,6 +69,10 @@ about as much as 64 Python tests)."""
 NODES = 20_000
 """Branch-and-bound nodes per search of one grouping (pure arithmetic; a 5-group grouping on 5 classes has
 millions of plans)."""
+QUICK_PLANS = 3
+"""Under seconds alone (no --max-evals): whole-class plans scored before the union tables (`_quick_plans`), at
+most this many. The union tables are 2^k − 1 device sets of cost-model calls (0.13-0.54 CPU s on the uneven
+suite) and a 2 s run on a loaded box (load 8: ~0.5 CPU s) stopped before the screen's first plan."""
 
 
 @dataclass
@@ -184,7 +188,7 @@ class Screen:
             if self.budget.spent():
                 return False
             self.budget.count()
-            _, devices = self.search.devices_of([0 if mask >> b.cls & 1 else IDLE for b in self.search.blocks], 0)
+            devices = self._union(mask)
             for task in tasks:
                 self.fastest[(task, mask)] = self._fastest_alone(task, devices)
         for c in range(self.k):
@@ -198,6 +202,10 @@ class Screen:
             for task in tasks:
                 self.part[(task, c, x)] = self._fastest_alone(task, self.devices(row))
         return True
+
+    def _union(self, mask: int) -> tuple[str, ...]:
+        """The devices of the union of whole classes `mask` (as the tables key them)."""
+        return self.search.devices_of([0 if mask >> b.cls & 1 else IDLE for b in self.search.blocks], 0)[1]
 
     def _fastest_alone(self, task: TaskName, devices: tuple[str, ...]) -> float:
         return min((f[0] for f in self.tables.alone(task, devices)), default=math.inf)
@@ -367,12 +375,16 @@ class Screen:
         capacity-free bound, and searched ones, by their best plan's value. Each round searches the next
         unsearched grouping and works on the best searched one (searches it again if an exact entry it uses
         changed, else makes its best plan's proxied entries exact, else scores that plan)."""
-        if not 1 < self.k <= SCREEN_CLASSES or not self.rows or not self.build_tables():
+        if not 1 < self.k <= SCREEN_CLASSES or not self.rows:
             return {}
         done: dict[int, _Search] = {}
         scored: dict[int, list[Candidate]] = {}
         skip: dict[int, set[tuple[Row, ...]]] = {}
+        quick = self._quick_plans(scored, skip) if self.budget.max_evals is None else []
+        if not self.build_tables():
+            return self._results(done, scored)
         incumbent = self._class_plans(scored, skip)
+        self._rerate(quick)
         fresh = [(bound, gi) for gi in range(len(self.groupings)) if math.isfinite(bound := self._cheap_bound(gi))]
         heapq.heapify(fresh)
         searched: list[tuple[float, int]] = []
@@ -420,12 +432,14 @@ class Screen:
         plans = sorted(
             (value, gi, rows) for gi in range(len(self.groupings)) for value, rows in self.best_plans(gi, set(), True)
         )
-        best = math.inf
+        best = min((c.score for found in scored.values() for c in found), default=math.inf)  # `_quick_plans`'
         used = self.budget.used()
         share = used + CLASS_SHARE * max(0.0, SCREEN_SHARE - used)  # of what the tables left
         for value, gi, rows in plans:
             if value >= best * (1 - 1e-9) or not (self.budget.within(share) or self._first_plan_due(best)):
                 break
+            if rows in skip.get(gi, ()):  # scored by `_quick_plans`
+                continue
             grouping = self.groupings[gi]
             for subset, row in zip(grouping, rows, strict=True):
                 if (subset, row) not in self.exact:
@@ -435,6 +449,74 @@ class Screen:
             skip.setdefault(gi, set()).add(rows)
             best = min(best, cand.score)
         return best
+
+    def _quick_plans(self, scored: dict[int, list[Candidate]], skip: dict[int, set[tuple[Row, ...]]]) -> list:
+        """Under seconds alone, before the union tables: each task alone on each whole class (k device sets of
+        the 2^k − 1, entries the tables then find made), each union estimated twice from them, as fast as its
+        fastest class and as its classes' rates added up (`_estimated_plans`), and the best whole-class plans
+        under either, taken in turn, made exact and scored until QUICK_PLANS fit or twice as many were tried.
+        The estimates are no bounds and are dropped afterwards (with the ratios measured against them:
+        `_rerate`); the scores are the search's own, so a loaded box's short run keeps the best of them. The
+        entries made exact (what `_rerate` rates again)."""
+        tasks = self.tables.tasks
+        for c in range(self.k):
+            if self.budget.spent():
+                return []
+            devices = self._union(1 << c)
+            for task in tasks:
+                self.fastest[(task, 1 << c)] = self._fastest_alone(task, devices)
+        real, before = self.fastest, set(self.exact)
+        try:
+            ranked = [self._estimated_plans(real, added) for added in (False, True)]
+            order = [plan for pair in itertools.zip_longest(*ranked) for plan in pair if plan is not None]
+            fits = tries = 0
+            for gi, rows in dict.fromkeys(order):  # in turn, each plan once
+                if fits >= QUICK_PLANS or tries >= 2 * QUICK_PLANS or self.budget.spent():
+                    break
+                grouping, tries = self.groupings[gi], tries + 1
+                for subset, row in zip(grouping, rows, strict=True):
+                    if (subset, row) not in self.exact:
+                        self.make_exact(subset, row)
+                cand = self.search.evaluate(grouping, self.genome(rows), self.budget)
+                scored.setdefault(gi, []).append(cand)
+                skip.setdefault(gi, set()).add(rows)
+                fits += cand.options is not None
+        finally:
+            self.fastest = real
+            self.proxies.clear()
+            self._wholes.clear()
+            self.ratios.clear()
+        return [key for key in self.exact if key not in before]
+
+    def _estimated_plans(self, real: dict, added: bool) -> list[tuple[int, tuple[Row, ...]]]:
+        """Each grouping's best whole-class plan (grouping, rows), best first, with each union of classes as fast
+        as its fastest class (`added`: its classes' rates added up, `_class_rates`)."""
+        self.fastest = dict(real)
+        self.proxies.clear()
+        self._wholes.clear()
+        for mask in (m for m in range(1, 2**self.k) if m & (m - 1)):
+            for task in self.tables.tasks:
+                rates = [r for c, r in enumerate(self._class_rates(task)) if mask >> c & 1]
+                if not added:
+                    rates = [1 / real[(task, 1 << c)] for c in range(self.k) if mask >> c & 1]
+                rate = sum(rates) if added else max(rates)
+                self.fastest[(task, mask)] = 1 / rate if rate > 0 else math.inf
+        found = [
+            (plans[0][0], gi, plans[0][1])
+            for gi in range(len(self.groupings))
+            if (plans := self.best_plans(gi, set(), True))
+        ]
+        return [(gi, rows) for _, gi, rows in sorted(found)]
+
+    def _rerate(self, entries: Sequence[tuple[Subset, Row]]) -> None:
+        """The exact/proxy ratios of `_quick_plans`' entries against the real tables' proxies (after the
+        whole-class plans, which read whole rows uncorrected as in a run without them)."""
+        for subset, row in entries:
+            exact, proxy = self.exact[(subset, row)], self.proxy(subset, row)
+            if exact is not None and proxy is not None and sum(proxy) > 0:
+                ratio = sum(exact) / sum(proxy)
+                self.ratios.setdefault((subset, _mask(row)), []).append((row, ratio))
+                self.ratios.setdefault(_mask(row), []).append((row, ratio))
 
     def _first_plan_due(self, best: float) -> bool:
         """Under seconds alone (no --max-evals), the whole-class plans are scored past their share until one
