@@ -4,6 +4,7 @@
     .venv/bin/python bench/gap_diagnosis.py --budget 10 u13
     .venv/bin/python bench/gap_diagnosis.py --bounds bench/results/uneven_ilp.json   # the bound now, per lazy setting
     .venv/bin/python bench/gap_diagnosis.py --bounds bench/results/uneven_ilp.json u13 u36   # only these
+    .venv/bin/python bench/gap_diagnosis.py --lazy --seed 1 u10 u21   # the lazy ILP at 60 s: plan, bound, gap
 
 Per setting: a plan (the hybrid at `--budget` s, seed 0), the relaxation bound (bound.space_bound, `--bound-s`),
 and the bound's floors *at the plan's own devices* (each group's device counts per class, its grouping):
@@ -98,17 +99,48 @@ def bound_now(cluster: dict, workload_data: dict, plan_s: float, seconds: float)
     return {"bound_s": relaxed.bound, "bound_took_s": time.monotonic() - start, "complete": relaxed.complete}
 
 
+def lazy_run(cluster: dict, workload_data: dict, budget_s: float) -> dict:
+    """`--solver ilp` (the lazy ILP past 150 whole-host pools) at `budget_s`, seed 0: plan, bound, gap, status,
+    wall seconds, note."""
+    from hetrl_cli.artifacts.workload import Workload
+    from hetrl_cli.errors import Infeasible
+    from hetrl_cli.planner.api import make_plan
+    from hetrl_cli.profiling.catalog import profile_from_cluster
+
+    profile = profile_from_cluster(cluster)
+    workload = Workload.model_validate(workload_data)
+    start = time.monotonic()
+    try:
+        plan = make_plan(profile, workload, solver="ilp", budget_s=budget_s, seed=0)
+    except Infeasible as exc:
+        return {"infeasible": str(exc)[:120], "seconds": round(time.monotonic() - start, 1)}
+    s = plan.solver
+    return {
+        "plan_s": s.objective, "bound_s": s.bound, "gap": s.gap, "status": s.status,
+        "seconds": round(time.monotonic() - start, 1), "note": s.note,
+    }  # fmt: skip
+
+
 def main() -> None:
     from uneven_suite import settings
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*")
     parser.add_argument("--budget", type=float, default=10.0)
+    parser.add_argument("--lazy", action="store_true", help="run --solver ilp at --ilp-s on the named settings")
+    parser.add_argument("--ilp-s", type=float, default=60.0)
+    parser.add_argument("--seed", type=int, default=0, help="the suite's seed (settings(40, seed))")
     parser.add_argument("--bound-s", type=float, default=15.0, help="seconds of the relaxation bound per setting")
     parser.add_argument(
         "--bounds", help="an uneven_ilp.json: each lazy setting's bound now (--bound-s, its plan as incumbent) and gap"
     )
     args = parser.parse_args()
+    if args.lazy:
+        for name, cluster, workload in settings(40, args.seed):
+            if name in args.names:
+                row = {"name": name, "seed": args.seed, **lazy_run(cluster, workload, args.ilp_s)}
+                print(json.dumps(row), flush=True)
+        return
     if args.bounds:
         rows = {r["name"]: r for r in json.loads(Path(args.bounds).read_text())["rows"]}
         for name, cluster, workload in settings():

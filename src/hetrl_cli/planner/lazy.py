@@ -17,8 +17,14 @@ bound.py instead of the space's own.
   `ilp.search_space` with the incumbent as cutoff, so a plan it returns is exact under the cost model and
   better than every plan found before; rounds go on while the budget lasts and new columns appear.
 
+- **Branching with exact leaves** (`BRANCH_SHARE` of what the bound leaves, branch.py): groupings whose
+  relaxed bound is below the plan, lowest first, get the full ILP's MILP over every whole-host pool a better
+  plan could use; each solved leaf's value replaces its relaxed bound, and a leaf's plan below the incumbent
+  is returned. Where every grouping reaches the plan, it is optimal over whole-host plans (the space the full
+  ILP proves optimality over).
+
 The master's own bound covers only its columns, so it is never reported; the plan's bound is the
-relaxation's, min'ed with the plan (a plan cannot beat the optimum).
+relaxation's, raised by the branching's where it ran, min'ed with the plan (a plan cannot beat the optimum).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from hetrl_cli.planner.bound import space_bound
+from hetrl_cli.planner.bound import cheap_bound, space_bound, task_floors
 from hetrl_cli.planner.ilp import (
     IlpModel,
     IlpResult,
@@ -53,6 +59,11 @@ improves plans locally; the search finds them far better per second on clusters 
 of the uneven suite 28.5 s/it with 0.8 against 33.1 with 0.6, on u02 43.1 against 44.2-49.3)."""
 BOUND_SEEDS = 3
 """Refined groupings, lowest bound first, whose relaxed device split seeds columns."""
+BRANCH_SHARE = 0.4
+"""Share of what the bound leaves that the exact leaves get, after the search and the master (on the uneven
+suite's smallest lazy settings the leaves of every grouping below the plan take 20-60 s under load)."""
+BRANCH_UNBOUNDED_S = 60.0
+"""Seconds the exact leaves get where the budget has no deadline (--max-evals only)."""
 OPTIMAL_GAP = 1e-4
 """The relaxation bound within this share of the plan proves it optimal (HiGHS's own MIP gap)."""
 
@@ -174,6 +185,17 @@ def _around(tables: Tables, grouping: Sequence[Subset], pools: Sequence[Pool]) -
     return [(s, q) for s, p in zip(grouping, pools, strict=True) for q in neighbours(tables, p)]
 
 
+def _branch(tables: Tables, relaxed, value: float, budget: Budget, leaf_solver, progress):
+    """branch.branch on every grouping (the relaxation's bound where refined, else its cheap bound) below the
+    plan of `value`, until the budget's deadline (BRANCH_UNBOUNDED_S without one)."""
+    from hetrl_cli.planner.branch import branch
+
+    floors = task_floors(tables)
+    values = {g: max(cheap_bound(tables, floors, g), relaxed.per_grouping.get(g, 0.0)) for g in groupings(tables.tasks)}
+    deadline = budget.deadline if budget.deadline is not None else time.monotonic() + BRANCH_UNBOUNDED_S
+    return branch(tables, values, value, deadline, leaf_solver=leaf_solver, progress=progress)
+
+
 def solve_exact(
     tables: Tables,
     budget: Budget,
@@ -216,9 +238,12 @@ def solve_lazy(
         progress("ILP: relaxation bound over device counts")
     relaxed = space_bound(tables, start + max(MIN_BOUND_S, BOUND_SHARE * budget.remaining_s()), incumbent)
     cut, seeds = incumbent, list(seeds)
+    branch_at = budget.from_now().first(1 - BRANCH_SHARE).deadline  # the exact leaves' share starts here
+    search = Budget(None if branch_at is None else branch_at - time.monotonic(), budget.max_evals)
+    search.cap = budget.cap
     found = None  # no search once the budget is spent (a search's first evaluations can take minutes here)
     if budget.remaining_s() > 0:
-        found = _hybrid(tables, budget.from_now().first(HYBRID_SHARE), seeds, seed, progress)
+        found = _hybrid(tables, search.from_now().first(HYBRID_SHARE), seeds, seed, progress)
     if found is not None:
         seeds.append(found[0])
         if cut_at_search:
@@ -231,34 +256,43 @@ def solve_lazy(
         columns += _around(tables, grouping, [pool_of(tables, d) for d in sets])
     best: IlpResult | None = None
     rounds, extra = 0, _by_bound(relaxed)[BOUND_SEEDS:]
-    while rounds < ROUNDS and budget.remaining_s() > 0:
+    while rounds < ROUNDS and search.remaining_s() > 0:
         rounds += 1
         if progress:
             progress(f"ILP: restricted master, round {rounds} ({len(master.tried)} columns)")
-        if master.add(columns, budget) == 0 and rounds > 1:
+        if master.add(columns, search) == 0 and rounds > 1:
             if not extra:
                 break
             grouping = extra.pop(0)  # nothing new around the best: the next grouping the relaxation ranks
             columns = [(s, rounded_pool(tables, c)) for s, c in zip(grouping, relaxed.counts[grouping], strict=True)]
             continue
         limit = best.objective if best is not None else cut
-        result, _ = search_space(tables, master.space(), budget, leaf_solver=leaf_solver, incumbent=limit)
+        result, _ = search_space(tables, master.space(), search, leaf_solver=leaf_solver, incumbent=limit)
         columns = []
         if result.options is not None and (best is None or result.objective < best.objective * (1 - 1e-12)):
             best = result
             columns = _around(tables, result.grouping, result.pools)
         elif best is not None:  # no gain: one sub-host moved from one class to another in a group
             columns = [(s, q) for s, p in zip(best.grouping, best.pools, strict=True) for q in _swaps(tables, p)]
-    seconds = time.monotonic() - start
     value = best.objective if best is not None else incumbent  # what the caller returns
     value = math.inf if value is None else value
-    bound = min(relaxed.bound, value)
+    bound, branched = relaxed.bound, None
+    if math.isfinite(value):
+        branched = _branch(tables, relaxed, value, budget, leaf_solver, progress)
+        bound = max(bound, branched.bound)
+        if branched.plan is not None:
+            best, value = branched.plan, branched.plan.objective
+    seconds = time.monotonic() - start
+    bound = min(bound, value)
     status = "optimal" if math.isfinite(value) and bound >= value * (1 - OPTIMAL_GAP) else "feasible"
     gap = "" if not math.isfinite(value) else f", gap {max(0.0, 1 - bound / value):.1%}"
+    leaves = (
+        "" if branched is None else f"; {branched.exact} groupings' exact leaves solved, {branched.open_below} left"
+    )
     note = (
         f"lazy ILP: {n_pools} whole-host pools are too many to enumerate; a restricted master over "
         f"{len(master.tried)} (group, pool) columns in {rounds} rounds; bound {bound:.4g} s from the "
-        f"device-count relaxation ({relaxed.refined} groupings refined{gap})"
+        f"device-count relaxation ({relaxed.refined} groupings refined{leaves}{gap})"
     )
     if best is None:
         return IlpResult(status if incumbent is not None else "nosolution", None, bound, seconds), None, note
