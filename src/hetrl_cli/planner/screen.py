@@ -352,8 +352,8 @@ class Screen:
                 return self._local[row]
 
             local[gen] = actor
-        for own in (i for i, g in enumerate(grouping) if "critic_train" in g or "actor_train" in g):
-            # the option's own sync seconds (critic in its group, trainers' gathers): exact rows; 0 on proxies
+        for own in (i for i, g in enumerate(grouping) if {"critic_train", "actor_train", "generation"} & set(g)):
+            # the option's own sync seconds (critic in its group, gathers, hand-off): exact rows; 0 on proxies
             subset, alone = grouping[own], local.get(own)
             local[own] = lambda row, s=subset, a=alone: (a(row) if a else 0.0) + self.critic_sync.get((s, row), 0.0)
         overlap = self.tables.workload.mode == "async" and ("generation",) in grouping
@@ -454,7 +454,9 @@ class Screen:
         """Under seconds alone, before the union tables: each task alone on each whole class (k device sets of
         the 2^k − 1, entries the tables then find made), each union estimated twice from them, as fast as its
         fastest class and as its classes' rates added up (`_estimated_plans`), and the best whole-class plans
-        under either, taken in turn, made exact and scored until QUICK_PLANS fit or twice as many were tried.
+        under either, taken in turn (the first before the second estimate is worked out: its branch and bound
+        prices the pairs of rows, most of the pass), made exact and scored until QUICK_PLANS fit or twice as many
+        were tried.
         The estimates are no bounds and are dropped afterwards (with the ratios measured against them:
         `_rerate`); the scores are the search's own, so a loaded box's short run keeps the best of them. The
         entries made exact (what `_rerate` rates again)."""
@@ -467,20 +469,12 @@ class Screen:
                 self.fastest[(task, 1 << c)] = self._fastest_alone(task, devices)
         real, before = self.fastest, set(self.exact)
         try:
-            ranked = [self._estimated_plans(real, added) for added in (False, True)]
-            order = [plan for pair in itertools.zip_longest(*ranked) for plan in pair if plan is not None]
-            fits = tries = 0
-            for gi, rows in dict.fromkeys(order):  # in turn, each plan once
-                if fits >= QUICK_PLANS or tries >= 2 * QUICK_PLANS or self.budget.spent():
-                    break
-                grouping, tries = self.groupings[gi], tries + 1
-                for subset, row in zip(grouping, rows, strict=True):
-                    if (subset, row) not in self.exact:
-                        self.make_exact(subset, row)
-                cand = self.search.evaluate(grouping, self.genome(rows), self.budget)
-                scored.setdefault(gi, []).append(cand)
-                skip.setdefault(gi, set()).add(rows)
-                fits += cand.options is not None
+            maxed = self._estimated_plans(real, False)
+            tried: dict = {}
+            self._score_quick(maxed[:1], tried, scored, skip)  # the first plan before the second estimate's work
+            summed = self._estimated_plans(real, True)
+            turns = [plan for pair in itertools.zip_longest(summed, maxed[1:]) for plan in pair if plan is not None]
+            self._score_quick(turns, tried, scored, skip)
         finally:
             self.fastest = real
             self.proxies.clear()
@@ -488,12 +482,30 @@ class Screen:
             self.ratios.clear()
         return [key for key in self.exact if key not in before]
 
+    def _score_quick(self, plans: list, tried: dict, scored: dict, skip: dict) -> None:
+        """`_quick_plans`' plans (grouping, rows) made exact and scored in order, each once (`tried`: plan → fits),
+        until QUICK_PLANS fit or twice as many were tried."""
+        for gi, rows in plans:
+            if sum(tried.values()) >= QUICK_PLANS or len(tried) >= 2 * QUICK_PLANS or self.budget.spent():
+                return
+            if (gi, rows) in tried:
+                continue
+            grouping = self.groupings[gi]
+            for subset, row in zip(grouping, rows, strict=True):
+                if (subset, row) not in self.exact:
+                    self.make_exact(subset, row)
+            cand = self.search.evaluate(grouping, self.genome(rows), self.budget)
+            scored.setdefault(gi, []).append(cand)
+            skip.setdefault(gi, set()).add(rows)
+            tried[(gi, rows)] = cand.options is not None
+
     def _estimated_plans(self, real: dict, added: bool) -> list[tuple[int, tuple[Row, ...]]]:
         """Each grouping's best whole-class plan (grouping, rows), best first, with each union of classes as fast
         as its fastest class (`added`: its classes' rates added up, `_class_rates`)."""
         self.fastest = dict(real)
         self.proxies.clear()
         self._wholes.clear()
+        self.ratios.clear()
         for mask in (m for m in range(1, 2**self.k) if m & (m - 1)):
             for task in self.tables.tasks:
                 rates = [r for c, r in enumerate(self._class_rates(task)) if mask >> c & 1]
