@@ -196,6 +196,18 @@ def _branch(tables: Tables, relaxed, value: float, budget: Budget, leaf_solver, 
     return branch(tables, values, value, deadline, leaf_solver=leaf_solver, progress=progress)
 
 
+def _note(n_pools: int, columns: int, rounds: int, bound: float, value: float, refined: int, branched) -> str:
+    gap = "" if not math.isfinite(value) else f", gap {max(0.0, 1 - bound / value):.1%}"
+    leaves = (
+        "" if branched is None else f"; {branched.exact} groupings' exact leaves solved, {branched.open_below} left"
+    )
+    return (
+        f"lazy ILP: {n_pools} whole-host pools are too many to enumerate; a restricted master over "
+        f"{columns} (group, pool) columns in {rounds} rounds; bound {bound:.4g} s from the "
+        f"device-count relaxation ({refined} groupings refined{leaves}{gap})"
+    )
+
+
 def solve_exact(
     tables: Tables,
     budget: Budget,
@@ -285,15 +297,7 @@ def solve_lazy(
     seconds = time.monotonic() - start
     bound = min(bound, value)
     status = "optimal" if math.isfinite(value) and bound >= value * (1 - OPTIMAL_GAP) else "feasible"
-    gap = "" if not math.isfinite(value) else f", gap {max(0.0, 1 - bound / value):.1%}"
-    leaves = (
-        "" if branched is None else f"; {branched.exact} groupings' exact leaves solved, {branched.open_below} left"
-    )
-    note = (
-        f"lazy ILP: {n_pools} whole-host pools are too many to enumerate; a restricted master over "
-        f"{len(master.tried)} (group, pool) columns in {rounds} rounds; bound {bound:.4g} s from the "
-        f"device-count relaxation ({relaxed.refined} groupings refined{leaves}{gap})"
-    )
+    note = _note(n_pools, len(master.tried), rounds, bound, value, relaxed.refined, branched)
     if best is None:
         return IlpResult(status if incumbent is not None else "nosolution", None, bound, seconds), None, note
     best.bound, best.status, best.seconds = bound, status, seconds
