@@ -121,8 +121,9 @@ class CostModel:
         return self.syncs.syncs(placements, groups, self.tasks.critic_receivers)
 
     def sync_gathers_s(self, group: Sequence[TaskPlacement], tasks: Sequence[str], actor_beside: bool = True) -> float:
-        """Seconds the syncs of the trainers in `group` (one group's placements; `tasks`: the plan's) wait for
-        their replicas' full weights to be gathered on the sending leaders (WeightSync.group_gathers_s)."""
+        """Seconds the syncs of the tasks in `group` (one group's placements; `tasks`: the plan's) spend on their
+        layouts: the trainers' gathers onto the sending leaders, generation's host hand-off at TP > 1
+        (WeightSync.group_gathers_s)."""
         return self.syncs.group_gathers_s(group, tasks, self.tasks.critic_receivers, actor_beside)
 
     def transfer_s(self, src_devices: Sequence[str], dst_devices: Sequence[str], nbytes: float) -> float:

@@ -186,14 +186,17 @@ class WeightSync:
         critic_receivers: Callable[[TaskPlacement, TaskPlacement], tuple[str, ...]] | None = None,
         actor_beside: bool = True,
     ) -> float:
-        """The gathers (gather_s) of the syncs whose trainer is in this group of placements, `tasks` the plan's:
-        the actor's always; the critic's when critic_inference is apart, or beside it with receivers that hold a
-        copy of their own (`critic_receivers`: syncs()). What a plan's weight sync adds to its syncs' seconds
-        (evaluate), and what the planner's group option adds (planner/tables.py), so both read one price; there
-        the actor's where generation is in the group is in the group's own sync instead (`actor_beside` False:
+        """The layout terms of the syncs in this group of placements, `tasks` the plan's: the gathers (gather_s)
+        of its trainers (the actor's always; the critic's when critic_inference is apart, or beside it with
+        receivers that hold a copy of their own: `critic_receivers`, syncs()) and generation's host hand-off
+        (handoff_s). What a plan's weight sync adds to its syncs' seconds (evaluate), and what the planner's group
+        option adds (planner/tables.py), so both read one price; there the actor's terms where generation is in
+        actor_train's group are in the group's own sync instead (`actor_beside` False:
         Tables.same_group_weight_sync)."""
         by_task = {p.task: p for p in group}
-        out = 0.0
+        gen, out = by_task.get("generation"), 0.0
+        if gen is not None and "actor_train" not in by_task:
+            out += self.handoff_s(gen)
         for role, (train_task, infer_task) in SYNCED.items():
             train = by_task.get(train_task)
             if train is None or infer_task not in tasks:
@@ -202,6 +205,7 @@ class WeightSync:
             if infer is not None and role == "actor" and not actor_beside:
                 continue
             if infer is not None and role == "actor":
+                out += self.handoff_s(infer)
                 relay = self.actor_relay(train, infer)
                 receivers = relay[0] if relay is not None else None
             elif infer is not None:
@@ -210,6 +214,21 @@ class WeightSync:
                     continue
             out += self.gather_s(role, train, receivers)
         return out
+
+    def handoff_s(self, gen: TaskPlacement) -> float:
+        """Each generation replica's engine takes the actor's weights on the host when a vLLM-like engine runs
+        TP > 1 (`leader_loads`; runtime/engines/handoff.py): the leader copies every received byte from its
+        device into a shared host buffer, and each of vLLM's TP workers copies its slice from there to its own
+        device (in parallel): bytes / HOST_DEVICE_Bps × (1 + 1/TP), bucket by bucket after each arrives (the
+        next bucket moves when every member asks for it: comm.WeightChannel.stream), so it adds to the sync. The
+        replicas do it side by side: the smallest TP > 1 sets it. At TP 1 the engine maps the bucket on its own
+        device (CUDA IPC: no host copy), and the hf engine's every TP rank receives its own copy: 0."""
+        tps = [len(rep[0]) for rep in gen.replicas if len(rep) == 1 and len(rep[0]) > 1]
+        arch = self.step.arch.get("generation") or self.step.arch.get("actor_train")
+        if not self.leader_loads or not tps or arch is None:
+            return 0.0
+        nbytes = arch.param_count(HEAD["actor_train"]) * weight_bytes_per_param(self.step.workload)
+        return nbytes / C.HOST_DEVICE_Bps * (1.0 + 1.0 / min(tps))
 
     def _make_gather(
         self, role: str, replicas: tuple[tuple[tuple[str, ...], ...], ...], receivers: tuple[str, ...] | None

@@ -53,8 +53,8 @@ class GroupOption:
     phase_s: tuple[float, ...]
     critic_sync_s: float = 0.0
     """The weight-sync seconds this option adds by itself: the critic's sync inside the group
-    (`Tables.in_group_critic_sync`) and the gathers of its trainers' replicas before their syncs
-    (CostModel.sync_gathers_s); part of the plan's weight sync."""
+    (`Tables.in_group_critic_sync`), the gathers of its trainers' replicas before their syncs and generation's
+    host hand-off (CostModel.sync_gathers_s); part of the plan's weight sync."""
 
 
 @dataclass
@@ -294,8 +294,10 @@ class Tables:
         by_task = {p.task: p for p in placements}
         train, gen = by_task.get("actor_train"), by_task.get("generation")
         relay = self.cm.syncs.actor_relay(train, gen) if train is not None and gen is not None else None
-        # plus the trainer's gather on its layouts (WeightSync.gather_s); none known on devices alone
+        # plus the trainer's gather and generation's host hand-off on their layouts (WeightSync.gather_s,
+        # handoff_s); none known on devices alone
         gather = self.cm.syncs.gather_s("actor", train, relay[0] if relay else None) if train is not None else 0.0
+        gather += self.cm.syncs.handoff_s(gen) if gen is not None else 0.0
         if relay is not None:
             return self.cm.weight_sync_s(train.devices, relay[0], "actor", *relay[1:]) + gather
         spec = PairSpec("weight_sync", 0, 0, role="actor")

