@@ -200,3 +200,27 @@ def test_nothing_plans_within_the_budget_and_the_proof_names_the_cause(solver):
     if solver == "ilp":
         assert "raise --budget" not in message and "proved" in message, message
         assert "actor_train" in message and "critic_train" in message and "H100" in message, message
+
+
+S3_U20 = cluster(
+    "u20",
+    [("A100 80GB", 3, 1, "r1"), ("H100 SXM", 5, 1, "r2"), ("L4", 3, 2, "r1"), ("L4", 4, 1, "r2")],
+    "2Gbps",
+    "5ms",
+)
+S3_U20_WORKLOAD = {"algorithm": "grpo", "mode": "sync", "actor": {"arch": "qwen3-8b"}, "reward": {"arch": "qwen3-4b"}}
+
+
+@pytest.mark.parametrize("solver", ["verl", "streamrl", "hybrid", "ilp"])
+def test_a_task_that_fits_on_four_of_five_gpus_is_not_called_infeasible(solver):
+    """Held-out seed 3's u20 (GRPO sync 8B + 4B reward, 18 GPUs: one 5-GPU H100 host, one 3-GPU A100 host, L4
+    hosts of 3 and 4): 8B actor_train needs 243 GB at TP 1 and fits at TP 4, which a 5-GPU host cannot take
+    whole (TP 1 or PP 5 only: 158.8 GB per GPU). A verl user runs TP 4 on 4 of the 5 GPUs, one idle; every
+    solver exited 3 before ("no TP/PP layout of actor_train fits on the 18 devices"), the check that a task
+    fits somewhere trying whole hosts only. Now the baselines take the largest power-of-two share of each
+    uneven host too, the check tries it, and every solver plans (at least the baselines' plan)."""
+    profile, workload = setting(S3_U20, S3_U20_WORKLOAD)
+    plan = make_plan(profile, workload, solver=solver, budget_s=30, max_evals=32, seed=0)
+    assert plan.cost.iteration_s < float("inf")
+    h100 = [d for g in plan.groups if "actor_train" in g.tasks for d in g.devices if "h100" in d]
+    assert len(h100) == 4, plan.groups

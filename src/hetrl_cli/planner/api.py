@@ -392,12 +392,14 @@ def check_feasible(tables) -> None:
 
 
 def check_pools(tables) -> list[tuple[str, ...]]:
-    """The device sets a task must fit one of: all devices, all devices of one class, one host's."""
-    from hetrl_cli.planner.baselines import ordered_devices
+    """The device sets a task must fit one of: all devices, all devices of one class, one host's, or the
+    power-of-two share of one host the baselines may take (4 of a 5-GPU host: baselines.uniform_subsets)."""
+    from hetrl_cli.planner.baselines import ordered_devices, power_of_two_share
 
     pools = [ordered_devices(tables)]
     pools += [ordered_devices(tables, [d for host in c.devices for d in host]) for c in tables.classes]
-    return pools + [tuple(host) for c in tables.classes for host in c.devices]
+    hosts = [tuple(host) for c in tables.classes for host in c.devices]
+    return pools + hosts + [h[: power_of_two_share(len(h))] for h in hosts if power_of_two_share(len(h)) < len(h)]
 
 
 def explain_task(tables, task, devices) -> str:

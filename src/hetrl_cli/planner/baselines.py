@@ -146,10 +146,17 @@ def _size_greedy(tables: Tables, tasks: tuple[TaskName, ...], candidates: dict) 
     return None
 
 
-def uniform_subsets(tables: Tables, devices: tuple[str, ...]) -> list[tuple[str, ...]]:
+def power_of_two_share(count: int) -> int:
+    """The most GPUs of a host of `count` a TP group of a power of two can take (4 of 5, 2 of 3, 4 of 6)."""
+    return 1 << (count.bit_length() - 1)
+
+
+def uniform_subsets(tables: Tables, devices: tuple[str, ...], shares: bool = False) -> list[tuple[str, ...]]:
     """`devices`, then its uniform subsets largest first: of all of them and of each GPU type's, for each
     per-host count c the first c devices of every host holding at least c (what a verl or StreamRL user
-    configures on uneven hosts: the odd devices idle)."""
+    configures on uneven hosts: the odd devices idle). With `shares`, only the subsets whose c is a host
+    count's `power_of_two_share` and not a host count (held-out seed 3's u20: 8B actor_train fits at TP 4 on 4
+    of a 5-GPU host's H100, not on all 5): tried after the others (`size_largest`)."""
     by_type: dict[str, list[str]] = {}
     for d in devices:
         by_type.setdefault(tables.spec_of[d][0], []).append(d)
@@ -158,9 +165,13 @@ def uniform_subsets(tables: Tables, devices: tuple[str, ...]) -> list[tuple[str,
         per_host: dict[str, list[str]] = {}
         for d in pool:
             per_host.setdefault(tables.host_of[d], []).append(d)
-        for c in {len(v) for v in per_host.values()}:
+        counts = {len(v) for v in per_host.values()}
+        for c in {power_of_two_share(c) for c in counts} - counts if shares else counts:
             subsets.append(tuple(d for v in per_host.values() if len(v) >= c for d in v[:c]))
     subsets.sort(key=lambda s: -len(s))
+    if shares:
+        plain = set(uniform_subsets(tables, devices))
+        return [s for s in dict.fromkeys(subsets) if s not in plain]
     return list(dict.fromkeys([devices, *subsets]))
 
 
@@ -182,7 +193,7 @@ def closest(tables: Tables, tasks: tuple[TaskName, ...], devices: tuple[str, ...
     one that fits elsewhere: generation on all 30 GPUs of held-out u19 (one layout there, TP 1) while
     training was what fit nowhere."""
     best: tuple[float, str] | None = None
-    for subset in uniform_subsets(tables, devices):
+    for subset in uniform_subsets(tables, devices) + uniform_subsets(tables, devices, shares=True):
         worst: tuple[float, str] = (
             0.0,
             f"{', '.join(tasks)} fit one by one but not together on the {len(subset)} devices",
@@ -213,9 +224,11 @@ def size_largest(
     """The group on `devices`, else on its largest uniform subset that fits (`uniform_subsets`); where the
     greedy sizing fits none, again with `size_group`'s search (a subset it sizes may be far larger, and
     slower, than the one the greedy sizes: held-out seed 1's u15 verl 97.9 s/it against 637.8, so it only
-    turns no plan into one)."""
-    subsets = uniform_subsets(tables, devices)
-    for search in (False, True):
+    turns no plan into one); where neither fits, both on the power-of-two shares of uneven hosts (likewise:
+    on seed 2's u09 verl took 8 of the 12 H100 before the 12 that fit with the search)."""
+    plain = uniform_subsets(tables, devices)
+    shares = uniform_subsets(tables, devices, shares=True)
+    for subsets, search in ((plain, False), (plain, True), (shares, False), (shares, True)):
         for subset in subsets:
             sized = size_group(tables, tasks, subset, search)
             if sized is not None:
