@@ -126,3 +126,45 @@ def test_every_plan_weight_sync_includes_its_trainer_gather() -> None:
     )
     assert plan.weight_sync_s == pytest.approx(syncs + cm.syncs.gather_s("actor", train), rel=1e-12)
     assert cm.syncs.gather_s("actor", TaskPlacement("actor_train", ((("a0/0",),),))) == 0.0
+
+
+def test_each_feeder_relays_after_its_own_gather() -> None:
+    """Inside a group, a replica leader feeding its own host relays after its own replica's gather: the sync is
+    the slowest gather + relay of a feeder, not the slowest gather plus the slowest relay. Here replica 1 spans
+    b0 and c0 over a slow link (a long gather) and feeds only b0 (a short relay), while replica 0, gathered on
+    a0, relays to c0 over the slow link; the planner's same-group price reads the same figure."""
+    from tests.costmodel.conftest import make_profile
+
+    from hetrl_cli.costmodel.memory import weight_bytes_per_param
+    from hetrl_cli.costmodel.model import CostModel
+    from hetrl_cli.costmodel.types import GroupPlacement, TaskPlacement
+    from hetrl_cli.planner.tables import Tables
+
+    slow = (1e8, 1e-3)
+    hosts = [("a0", "A100", 4, "r"), ("b0", "A100", 2, "r"), ("c0", "A100", 2, "r")]
+    profile = make_profile(hosts, links={("a0", "c0"): slow, ("b0", "c0"): slow})
+    workload = tiny_workload(precision="bf16")
+    cm = CostModel(profile, workload)
+    train = TaskPlacement("actor_train", ((("a0/0",), ("a0/1",)), (("b0/0",), ("c0/0",))))
+    gen = TaskPlacement("generation", ((("a0/2",),), (("b0/1",),), (("c0/1",),)))
+    relay = cm.syncs.actor_relay(train, gen)
+    assert relay is not None and relay[2] == ("b0/0",)  # b0's replica leader feeds b0
+    nbytes = cm.step.arch["actor_train"].param_count("lm") * weight_bytes_per_param(workload)
+    gathers = [cm.syncs.replica_gather_s("actor", rep) for rep in train.replicas]
+    relays = [
+        cm.syncs.broadcast_tree_s(["a0/0"], ["a0/2", "c0/1"], nbytes)[0],
+        cm.syncs.broadcast_tree_s(["b0/0"], ["b0/1"], nbytes)[0],
+    ]
+    assert gathers[1] > gathers[0] and relays[0] > relays[1]
+    term = cm.syncs.in_group_gather_s("actor", train, *relay)
+    exact = max(g + r for g, r in zip(gathers, relays, strict=True)) - max(relays)
+    assert term == pytest.approx(exact, rel=1e-9) and term < max(gathers)  # before this: max(gathers) added
+    others = [TaskPlacement(t, ((("a0/3",),),)) for t in cm.required_tasks if t not in ("actor_train", "generation")]
+    devices = ("a0/0", "a0/1", "a0/2", "b0/0", "b0/1", "c0/0", "c0/1")
+    groups = [GroupPlacement("g", ("actor_train", "generation"), devices)]
+    groups.append(GroupPlacement("rest", tuple(p.task for p in others), ("a0/3",)))
+    plan = cm.evaluate(groups, [train, gen, *others])
+    base = cm.syncs.sync(train.devices, *relay[:1], "actor", *relay[1:])[0]
+    assert plan.weight_sync_s == pytest.approx(base + term, rel=1e-9)
+    tables = Tables(cm, profile, workload)
+    assert tables.same_group_weight_sync(devices, (train, gen)) == pytest.approx(plan.weight_sync_s, rel=1e-12)

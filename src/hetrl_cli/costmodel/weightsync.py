@@ -85,9 +85,10 @@ class WeightSync:
         role: str,
         in_place: tuple[str, ...] | None = None,
         feeders: tuple[str, ...] = (),
+        gathers: tuple[tuple[str, float], ...] = (),
     ) -> tuple[float, str, float]:
         """The slower of the local reshard and the remote copies, plus the host part (parts())."""
-        parts = self.parts(train, gen, role, in_place, feeders)
+        parts = self.parts(train, gen, role, in_place, feeders, gathers)
         if parts is None:
             return 0.0, "", 0.0
         local_s, remote_s, label, tensors_s, host_s = parts
@@ -100,6 +101,7 @@ class WeightSync:
         role: str,
         in_place: Sequence[str] | None = None,
         feeders: Sequence[str] = (),
+        gathers: Sequence[tuple[str, float]] = (),
     ) -> tuple[float, float, str, float, float] | None:
         """(local reshard seconds, remote copy seconds, the remote bottleneck's label or "local reshard",
         the per-tensor host seconds, all host seconds) of one weight sync; None when it moves nothing.
@@ -116,7 +118,8 @@ class WeightSync:
         the same way, `in_place` (the leader's own copy, one-rank replicas beside one-rank generation) loading in place.
         Under ZeRO-3 an all-gather of the chunks comes first, once (in the local part if there is one, else in the
         remote part; in both where the leader relays inside the group: its relay starts after the gather): the
-        runtime gathers the full weights for either.
+        runtime gathers the full weights for either. `gathers` (source device → seconds: gather_s per replica)
+        delays each feeder's relay by its own replica's gather (the local copies by the slowest): group_gathers_s.
         Plus the host part: WEIGHT_SYNC_PER_TENSOR_S per tensor, for the actor's engine on colocated devices its
         refit (colocated_refit_s: one sleep + wake and its loader per tensor), both scaled by the calibrated
         overhead_factor, and the calibrated fixed overhead, all host work at the slowest involved host's speed
@@ -150,13 +153,15 @@ class WeightSync:
             hosts = [cluster.host_of(d) for d in known_t]
             multi = frozenset(h for h in hosts if hosts.count(h) > 1)
             gather_s = allgather_s(nbytes, len(known_t), cluster.links.ring(frozenset(hosts), multi))
+        waits = dict(gathers)
         if local:
             hbm = min(cluster.classes[cluster.device_class[d]].mem_Bps for d in local)
-            local_s = C.LOCAL_RESHARD_PASSES * nbytes / hbm + gather_s
+            local_s = C.LOCAL_RESHARD_PASSES * nbytes / hbm + gather_s + max(waits.values(), default=0.0)
         remote_s = 0.0
         if remote:
             for feeder, fed in (trees or {"": remote}).items():  # the feeders' relays run side by side
                 seconds, link = self.broadcast_tree_s([feeder] if feeder else source, fed, nbytes) if fed else (0, "")
+                seconds += waits.get(feeder or source[0], 0.0) if fed else 0.0
                 if seconds > remote_s:
                     remote_s, label = seconds, link
             if not local or len(source) < len(known_t):  # the relay starts after the leader's gather, too
@@ -201,19 +206,44 @@ class WeightSync:
             train = by_task.get(train_task)
             if train is None or infer_task not in tasks:
                 continue
-            infer, receivers = by_task.get(infer_task), None
-            if infer is not None and role == "actor" and not actor_beside:
+            infer = by_task.get(infer_task)
+            if infer is None:  # apart: replica 0's gather, then the relay from the training hosts
+                out += self.gather_s(role, train)
                 continue
-            if infer is not None and role == "actor":
+            if role == "actor" and not actor_beside:
+                continue
+            if role == "actor":
                 out += self.handoff_s(infer)
                 relay = self.actor_relay(train, infer)
-                receivers = relay[0] if relay is not None else None
-            elif infer is not None:
+                args = (relay[0], *relay[1:]) if relay is not None else (infer.devices,)
+            else:
                 receivers = critic_receivers(infer, train) if critic_receivers is not None else ()
                 if not receivers:  # every critic_inference device runs on the trained critic: no sync at all
                     continue
-            out += self.gather_s(role, train, receivers)
+                feeders = self.feeders(train)
+                args = (receivers, *((None, feeders) if feeders else ()))
+            out += self.in_group_gather_s(role, train, *args)
         return out
+
+    def in_group_gather_s(
+        self,
+        role: str,
+        train: TaskPlacement,
+        gen: Sequence[str],
+        in_place: Sequence[str] | None = None,
+        feeders: Sequence[str] = (),
+    ) -> float:
+        """What the gathers add to a sync inside the trainer's group (syncs()' arguments): each feeder's relay
+        starts after its own replica's gather (parts()' `gathers`), so the sync is the slowest gather + relay,
+        not the slowest gather plus the slowest relay (a replica spread over a slow link may feed a host whose
+        relay is short)."""
+        by_leader = {rep[0][0]: rep for rep in train.replicas}
+        sources = [train.replicas[0][0][0], *(f for f in feeders if f in by_leader)]
+        waits = tuple((d, self.replica_gather_s(role, by_leader[d])) for d in sources)
+        if self.step.workload.sharding == "zero3":
+            waits = ()
+        key = (tuple(train.devices), tuple(gen), role, tuple(in_place) if in_place is not None else None)
+        return self.sync(*key, tuple(feeders), waits)[0] - self.sync(*key, tuple(feeders))[0]
 
     def handoff_s(self, gen: TaskPlacement) -> float:
         """Each generation replica's engine takes the actor's weights on the host when a vLLM-like engine runs

@@ -296,8 +296,10 @@ class Tables:
         relay = self.cm.syncs.actor_relay(train, gen) if train is not None and gen is not None else None
         # plus the trainer's gather and generation's host hand-off on their layouts (WeightSync.gather_s,
         # handoff_s); none known on devices alone
-        gather = self.cm.syncs.gather_s("actor", train, relay[0] if relay else None) if train is not None else 0.0
-        gather += self.cm.syncs.handoff_s(gen) if gen is not None else 0.0
+        gather = 0.0
+        if train is not None and gen is not None:
+            args = relay if relay is not None else (gen.devices,)
+            gather = self.cm.syncs.in_group_gather_s("actor", train, *args) + self.cm.syncs.handoff_s(gen)
         if relay is not None:
             return self.cm.weight_sync_s(train.devices, relay[0], "actor", *relay[1:]) + gather
         spec = PairSpec("weight_sync", 0, 0, role="actor")
