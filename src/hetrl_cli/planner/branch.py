@@ -91,18 +91,29 @@ class FloorTable:
     def bounded(self, subset: Subset, p: int) -> bool:
         return all(p in self._alone.get(t, ()) for t in subset)
 
+    def bound_next(self, subset: Subset, p: int) -> None:
+        """`bound_alone` for the one task of `subset` with the largest floor on pool p not bounded yet (a pool
+        often drops out after one: the rest are then not scored)."""
+        todo = [t for t in subset if p not in self._alone.get(t, ())]
+        if todo:
+            self.bound_alone((max(todo, key=lambda t: self.task(t)[p]),), p)
+
     def bound_alone(self, subset: Subset, p: int) -> None:
         """Each task's fastest layout alone on pool p: in any group a task runs one of these layouts
         (`Tables.task_options` draws only from `Tables.alone` at at most these depths, offloaded variants only
         of fitting ones, which only adds time), so where none fits alone the task fits in no group there (inf).
         Its time in a group equals its time alone on the same layout except for the tasks in MATE_TIMED (mates
-        count by name only through residency, `costmodel.tasks.class_inputs`): theirs keep the floor."""
+        count by name only through residency, `costmodel.tasks.class_inputs`): theirs keep the floor, and their
+        layouts are not scored here (the group option says whether they fit)."""
         for t in subset:
             known = self._alone.setdefault(t, {})
-            if p not in known:
-                fitting = self.tables.alone(t, self.devices(p), self.depths)
-                fastest = self.task(t)[p] if t in MATE_TIMED else fitting[0][0] if fitting else 0.0
-                known[p] = max(self.task(t)[p], fastest) if fitting else math.inf
+            if p in known:
+                continue
+            if t in MATE_TIMED:  # the floor (its layouts alone would only say whether it fits: not worth them)
+                known[p] = self.task(t)[p]
+                continue
+            fitting = self.tables.alone(t, self.devices(p), self.depths)
+            known[p] = max(self.task(t)[p], fitting[0][0]) if fitting else math.inf
 
     def phases(self, subset: Subset, p: int) -> Phases:
         """The group's lower bound per phase on pool p (its tasks' bounds summed per phase)."""
@@ -168,7 +179,7 @@ class _Leaf:
                     return False
                 subset = self.grouping[j]
                 if not self.table.bounded(subset, p):  # its tasks alone first: the pool may drop out
-                    self.table.bound_alone(subset, p)
+                    self.table.bound_next(subset, p)
                     continue
                 option = tables.group_option(subset, self.table.devices(p))
                 self.scored[(j, p)] = None if option is None else tuple(option.phase_s)
