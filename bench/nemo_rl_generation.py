@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import nemo_rl_host_work as H
 import published as P
 
 from hetrl_cli.costmodel import constants as C
@@ -162,6 +163,47 @@ def scan(config_dir: Path) -> list[str]:
     return lines
 
 
+DBM_HOST_US_PER_SEQUENCE_STEP = (42.0, 80.0)
+"""GPU idle time per sequence-step that Database Mart's RTX 4090 vLLM batches show (their GPU UTL row; docs/
+benchmarks.md, "Why the 3B offline batch is over-predicted"): host work of another vLLM deployment, for scale."""
+
+
+def host_rows(config_dir: Path) -> list[dict[str, Any]]:
+    """Each split's generation, published and predicted, beside the host work measured in vLLM 0.9.0's and
+    NeMo-RL's own code that its 'generation' timer holds on the GPU's critical path (bench/nemo_rl_host_work.py)."""
+    rows = []
+    for bd in P.PHASE_BREAKDOWNS:
+        predicted = P.predict_phases(bd, config_dir)["predicted"]["generation"]
+        published = dict(bd.phases)["generation"]
+        parts, tokens = H.host_parts(bd.key), H.MEASURED[bd.key]["tokens"]
+        rows.append({
+            "key": bd.key, "published_s": published, "predicted_s": predicted, "host": parts,
+            "with_host_s": predicted + parts["total"], "gap_share": parts["total"] / (published - predicted),
+            "engine_us_per_sequence_step": (parts["total"] - parts["grading"]) / tokens * 1e6,
+            "at_dbm_host_s": tuple(us * 1e-6 * tokens for us in DBM_HOST_US_PER_SEQUENCE_STEP),
+        })  # fmt: skip
+    return rows
+
+
+def host_table(config_dir: Path) -> list[str]:
+    """host_rows as markdown."""
+    lines = [
+        "| split | generation pub / pred | output processing | scheduler (per sequence) | NeMo-RL log-prob copy | "
+        "grading (one of 8) | measured host work | pred + host | share of the gap | µs per sequence-step | "
+        "at DBM's 42–80 µs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in host_rows(config_dir):
+        h, (lo, hi) = r["host"], r["at_dbm_host_s"]
+        lines.append(
+            f"| {r['key']} | {r['published_s']:.0f} / {r['predicted_s']:.1f} s | {h['output_processor']:.2f} s | "
+            f"{h['scheduler_per_sequence']:.2f} s | {h['logprob_copy']:.2f} s | {h['grading']:.2f} s | "
+            f"{h['total']:.2f} s | {r['with_host_s']:.1f} s | {r['gap_share']:.0%} | "
+            f"{r['engine_us_per_sequence_step']:.1f} | {lo:.1f}–{hi:.1f} s |"
+        )
+    return lines
+
+
 def main() -> None:
     config_dir = Path(tempfile.mkdtemp())
     print(
@@ -181,6 +223,8 @@ def main() -> None:
         )
     print()
     print("\n".join(scan(config_dir)))
+    print()
+    print("\n".join(host_table(config_dir)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,71 @@
+"""bench/nemo_rl_host_work.py: the host work NeMo-RL's 'generation' timer holds, measured in vLLM 0.9.0's and
+NeMo-RL's own code (docs/benchmarks.md, "What NeMo-RL's generation timer holds besides decode"): the recorded
+run is of the lengths the cost model prices today, its sum is what docs/benchmarks.md reports, and the part
+that runs without vLLM (NeMo-RL's log-prob copy) measures what it says."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(REPO / "bench"))
+    host, gen = _load("nemo_rl_host_work"), _load("nemo_rl_generation")
+    yield host, gen
+    sys.path.remove(str(REPO / "bench"))
+
+
+def test_measured_rollouts_are_the_priced_lengths(bench):
+    """Each split's recorded run replayed the cost model's own response lengths (same tokens, same steps), so the
+    seconds sit beside the generation the cost model prices for those lengths."""
+    host, _ = bench
+    assert set(host.MEASURED) == set(host.SPLITS)
+    for key, row in host.MEASURED.items():
+        lens = host.split_lengths(key)
+        assert row["tokens"] == sum(lens) and row["steps"] == max(lens), key
+        n, mean, _ = host.SPLITS[key]
+        assert len(lens) == n and sum(lens) / n == pytest.approx(mean, rel=0.01), key
+
+
+def test_host_parts_sum_and_the_8b_share(bench):
+    """The four parts add up; the per-sequence scheduler part excludes the per-step part the cost model prices;
+    on the 8B split (the check miss's rollout) the measured host work is a real share of the gap, not all of it."""
+    host, gen = bench
+    for key in host.MEASURED:
+        parts = host.host_parts(key)
+        assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total")), key
+        assert all(v > 0 for v in parts.values()), key
+        row = host.MEASURED[key]
+        assert parts["scheduler_per_sequence"] == pytest.approx(row["scheduler_s"] - row["scheduler_one_sequence_s"])
+    rows = {r["key"]: r for r in gen.host_rows(Path(tempfile.mkdtemp()))}
+    eight = rows["nemo-rl-v0.3/llama3.1-8b/8xh100"]
+    assert eight["predicted_s"] < eight["with_host_s"] < eight["published_s"]
+    assert 0.2 < eight["gap_share"] < 0.6
+    lo, hi = eight["at_dbm_host_s"]
+    assert lo < eight["published_s"] - eight["predicted_s"] < hi  # DBM's GPU idle time a sequence-step would
+
+
+def test_logprob_copy_is_linear_in_tokens(bench):
+    """NeMo-RL's per-token copy of the log-probs (0-d tensor index) costs microseconds a token, the same at 2×
+    the tokens: a per-token cost, as host_parts counts it."""
+    host, _ = bench
+    one = min(host.logprob_copy_s([200] * 8) for _ in range(3))
+    two = min(host.logprob_copy_s([400] * 8) for _ in range(3))
+    assert 0.2e-6 < one / 1600 < 50e-6
+    assert two / one == pytest.approx(2.0, rel=0.5)
