@@ -59,6 +59,8 @@ def test_host_parts_sum_and_the_8b_share(bench):
     assert 0.2 < eight["gap_share"] < 0.6
     lo, hi = eight["at_dbm_host_s"]
     assert lo < eight["published_s"] - eight["predicted_s"] < hi  # DBM's GPU idle time a sequence-step would
+    for r in rows.values():  # a slower last engine adds seconds, less than any split's gap
+        assert 0.0 < r["slowest_engine_s"] < r["published_s"] - r["predicted_s"], r["key"]
 
 
 def test_logprob_copy_is_linear_in_tokens(bench):
