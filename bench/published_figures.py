@@ -149,7 +149,9 @@ FIGURES: tuple[Figure, ...] = (
                 "activation checkpointing, vLLM TP1"),
         "rl_step", "check", "was the fit set's RL step (the smaller of this source's two); moved to the check set "
         "on 2026-12-05 after a first fit with it: no kernel rate sets a whole step's residual (`in_loss`), and "
-        "fitted with it the rates moved against their own figures",
+        "fitted with it the rates moved against their own figures. Its miss lies in generation (the v0.3 phase "
+        "splits); NeMo-RL v0.5.0 also runs vLLM (0.11.2) in process with logprobs=0, whose host work, measured in "
+        "vLLM 0.9.0's code for the v0.3 8B split, is 4.0 s of that split's 14.6 s gap (bench/nemo_rl_host_work.py)",
     ),
     Figure(
         "nemo-rl/qwen3-32b/32xh100", "NeMo-RL",
@@ -434,7 +436,11 @@ class PhaseBreakdown:
     phases: tuple[tuple[str, float], ...]
     """("total", s), ("generation", s), ("logprobs", s), ("training", s), ("refit", s) as the source names them:
     generation = vLLM's rollout; logprobs = the policy's old log-probs and the reference's; training = the policy
-    update (all its optimizer steps); refit = offload of the trainer's state + the weight transfer into vLLM."""
+    update (all its optimizer steps); refit = offload of the trainer's state + the weight transfer into vLLM.
+    NeMo-RL's timers (grpo.py v0.3.0): generation = run_multi_turn_rollout + finish_generation, which holds besides
+    the decode vLLM 0.9.0's host work run in process (VLLM_ENABLE_V1_MULTIPROCESSING=0, logprobs=0), NeMo-RL's
+    per-token log-prob copy, the math environment's rewards and vLLM's sleep, and ends with the slowest engine;
+    refit = prepare_for_generation (bench/nemo_rl_host_work.py measures the host work)."""
     why: str
 
 
@@ -457,7 +463,10 @@ PHASE_BREAKDOWNS: tuple[PhaseBreakdown, ...] = (
                 "(grpo_math_8B_megatron.yaml at v0.3.0); 795 generated tokens a sample; no activation checkpointing"),
         (("total", 112.0), ("training", 28.0), ("refit", 5.0), ("generation", 58.0), ("logprobs", 18.0)),
         "the per-phase split of the same framework's whole GRPO steps (the check set's two NeMo-RL steps publish "
-        "the total only): diagnostic, decided before pricing it; not fitted, not in the check median",
+        "the total only): diagnostic, decided before pricing it; not fitted, not in the check median. Measured "
+        "since (2026-12-05, bench/nemo_rl_host_work.py): its 'generation' holds 4.0 s of host work the cost model "
+        "does not price (vLLM 0.9.0's output processing in process 1.7 s, its scheduler's per-sequence part 1.1 s, "
+        "NeMo-RL's log-prob copy 0.8 s, math-verify grading 0.5 s): 27 % of the 14.6 s generation gap",
     ),
     PhaseBreakdown(
         "nemo-rl-v0.3/llama3.1-70b/64xh100", "NeMo-RL",
