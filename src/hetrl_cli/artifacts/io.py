@@ -23,17 +23,28 @@ STDIO = "-"
 
 
 def read_text(path: str | Path) -> str:
-    """Read a file, or stdin for `-`."""
-    if str(path) == STDIO:
-        return sys.stdin.read()
+    """Read a file, or stdin for `-`: at most MAX_ARTIFACT_CHARS, so a path to /dev/zero (or an endless pipe) is
+    refused at once instead of filling memory, and a FIFO without a writer as empty instead of a hang."""
+    where = "<stdin>" if str(path) == STDIO else str(path)
     try:
-        return Path(path).read_text(encoding="utf-8")
+        if str(path) == STDIO:
+            text = sys.stdin.read(MAX_ARTIFACT_CHARS + 1)
+        else:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO nobody writes to reads as empty, never waits
+            os.set_blocking(fd, True)
+            with open(fd, encoding="utf-8") as fh:
+                text = fh.read(MAX_ARTIFACT_CHARS + 1)
     except FileNotFoundError:
         raise BadInput(f"{path}: no such file") from None
     except IsADirectoryError:
         raise BadInput(f"{path}: is a directory, expected a file") from None
     except UnicodeDecodeError:
-        raise BadInput(f"{path}: not UTF-8 text") from None
+        raise BadInput(f"{where}: not UTF-8 text") from None
+    except OSError as exc:  # no permission, a socket, a broken device
+        raise BadInput(f"{where}: cannot read it ({exc.strerror or type(exc).__name__})") from None
+    if len(text) > MAX_ARTIFACT_CHARS:
+        raise BadInput(f"{where}: more than an artifact or input file may be ({MAX_ARTIFACT_CHARS // 2**20} MiB)")
+    return text
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

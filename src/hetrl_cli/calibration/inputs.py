@@ -56,7 +56,9 @@ def run_engine(run_dir) -> str | None:
     if not manifest.is_file():
         return None
     try:
-        engine = json.loads(manifest.read_text(encoding="utf-8")).get("engine")
-    except (OSError, ValueError, AttributeError) as exc:
-        raise BadInput(f"{manifest}: not a readable launch manifest ({exc}); remove it or re-run the plan") from exc
-    return "hf" if engine == "hf" else None
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, nested too deeply
+        data = None
+    if not isinstance(data, dict):
+        raise BadInput(f"{manifest}: not a readable launch manifest (a JSON object); remove it or re-run the plan")
+    return "hf" if data.get("engine") == "hf" else None

@@ -9,6 +9,7 @@ every step (`peak_memory_bytes` in metrics.jsonl; on CPU the process's resident 
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ def compare(
     error = None
     if predicted is not None and value:
         error = (predicted - value) / value
+        error = error if math.isfinite(error) else None  # a hand-edited plan's 1e308 s: no error to average
     return Comparison(
         task=task,
         predicted_s=predicted,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from hetrl_cli.artifacts.profile import Link
+from hetrl_cli.artifacts.profile import MAX_BPS, MAX_LATENCY_S, MIN_BPS, Link
 from hetrl_cli.errors import BadInput, one_line
 
 if TYPE_CHECKING:
@@ -138,10 +138,11 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _map
 def load_link_overrides(path: Path | str, entries: list[HostEntry]) -> list[LinkOverride]:
     """Parse a links file: `links:` followed by a list of {a, b, bandwidth?, latency?, kind?} entries."""
     from hetrl_cli.artifacts.io import read_text
+    from hetrl_cli.artifacts.yamltext import load_yaml_text
 
     name = str(path)
-    try:
-        data = yaml.load(read_text(path), Loader=_LineLoader)  # a SafeLoader subclass
+    try:  # bounded: no alias bomb, no nesting past the stack, no inf/NaN or 10,000-digit numbers
+        data = load_yaml_text(read_text(path), name, loader=_LineLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise BadInput(f"{name}{f':{mark.line + 1}' if mark else ''}: not valid YAML") from None
@@ -155,38 +156,60 @@ def load_link_overrides(path: Path | str, entries: list[HostEntry]) -> list[Link
 
 def _parse_entry(item: Any, name: str, hosts: set[str], regions: set[str]) -> LinkOverride:
     if not isinstance(item, dict):
-        raise BadInput(f"{name}: each link entry must be a mapping with a, b, bandwidth, latency; got {item!r}")
-    where = f"{name}:{item.pop('__line__')}"
-    unknown = set(item) - _ENTRY_KEYS
+        shown = one_line(repr(item), 80)
+        raise BadInput(f"{name}: each link entry must be a mapping with a, b, bandwidth, latency; got {shown}")
+    where = f"{name}:{item.get('__line__', '?')}"
+    item = {k: v for k, v in item.items() if k != "__line__"}  # a copy: an alias shares the mapping
+    unknown = [k for k in item if k not in _ENTRY_KEYS]
     if unknown:
-        raise BadInput(f"{where}: unknown key {sorted(unknown)[0]!r}; known keys: a, b, bandwidth, latency, kind")
+        shown = one_line(repr(unknown[0]), 60)
+        raise BadInput(f"{where}: unknown key {shown}; known keys: a, b, bandwidth, latency, kind")
     for end in ("a", "b"):
         if end not in item:
             raise BadInput(f"{where}: missing '{end}' (a host name from hosts.txt or region:NAME)")
-        _check_end(str(item[end]), where, hosts, regions)
-    if item["a"] == item["b"] and not str(item["a"]).startswith(REGION_PREFIX):
-        raise BadInput(f"{where}: a and b are the same host {item['a']!r}")
+        if not isinstance(item[end], str):
+            raise BadInput(f"{where}: '{end}' must be a host name from hosts.txt or region:NAME, not a list or number")
+        _check_end(item[end], where, hosts, regions)
+    if item["a"] == item["b"] and not item["a"].startswith(REGION_PREFIX):
+        raise BadInput(f"{where}: a and b are the same host {one_line(repr(item['a']), 80)}")
     if "bandwidth" not in item and "latency" not in item:
         raise BadInput(f"{where}: give bandwidth, latency or both")
     kind = item.get("kind")
-    if kind is not None and kind not in _KINDS:
-        raise BadInput(f"{where}: kind {kind!r} is not one of {', '.join(_KINDS)}")
+    if kind is not None and (not isinstance(kind, str) or kind not in _KINDS):
+        raise BadInput(f"{where}: kind {one_line(repr(kind), 60)} is not one of {', '.join(_KINDS)}")
     return LinkOverride(
-        a=str(item["a"]),
-        b=str(item["b"]),
-        bandwidth_Bps=parse_bandwidth(item["bandwidth"], f"{where}: bandwidth") if "bandwidth" in item else None,
-        latency_s=parse_latency(item["latency"], f"{where}: latency") if "latency" in item else None,
+        a=item["a"],
+        b=item["b"],
+        bandwidth_Bps=_bandwidth_in_range(item["bandwidth"], f"{where}: bandwidth") if "bandwidth" in item else None,
+        latency_s=_latency_in_range(item["latency"], f"{where}: latency") if "latency" in item else None,
         kind=kind,
         where=where,
     )
 
 
+def _bandwidth_in_range(text: Any, where: str) -> float:
+    return _in_range(parse_bandwidth(text, where), MIN_BPS, MAX_BPS, where)
+
+
+def _latency_in_range(text: Any, where: str) -> float:
+    return _in_range(parse_latency(text, where), 0.0, MAX_LATENCY_S, where)
+
+
+def _in_range(value: float, low: float, high: float, where: str) -> float:
+    """A link figure within what a profile may hold (artifacts/profile.Link), so the profile written loads again."""
+    if not low <= value <= high:
+        raise BadInput(f"{where}: {value:g} is outside what a link can be ({low:g} to {high:g}); check the unit")
+    return value
+
+
 def _check_end(end: str, where: str, hosts: set[str], regions: set[str]) -> None:
     if end.startswith(REGION_PREFIX):
         if end[len(REGION_PREFIX) :] not in regions:
-            raise BadInput(f"{where}: unknown region {end!r}; regions in hosts.txt: {', '.join(sorted(regions))}")
+            shown, known = one_line(repr(end), 80), one_line(", ".join(sorted(r or "" for r in regions)), 400)
+            raise BadInput(f"{where}: unknown region {shown}; regions in hosts.txt: {known}")
     elif end not in hosts:
-        raise BadInput(f"{where}: unknown host {end!r}; hosts.txt names: {', '.join(sorted(hosts))}")
+        shown = one_line(repr(end), 80)
+        raise BadInput(f"{where}: unknown host {shown}; hosts.txt names: {one_line(', '.join(sorted(hosts)), 400)}")
 
 
 def apply_overrides(

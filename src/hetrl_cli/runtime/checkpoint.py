@@ -360,6 +360,8 @@ def _step_of(path: Path) -> int | None:
 
 def read_json_file(path: Path) -> dict[str, Any]:
     """A sealed JSON file of a checkpoint; CheckpointError naming it when it is missing, altered or not JSON."""
+    if path.exists() and not path.is_file():  # a folder, a link to /dev/zero or a FIFO: reading would not end
+        raise CheckpointError(f"{path}: not a regular file; the checkpoint is corrupt")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -415,9 +417,10 @@ def find_resumable(run: RunDir, flag: str = "--resume") -> Resumable:
     why); verified end to end. BadInput when there is none, CheckpointError (naming the file) when it is corrupt."""
     folder = run.checkpoints
     pointer = folder / "latest"
-    named, why = None, None
+    named, why = None, f"{pointer} is not a regular file"
     try:
-        named = pointer.read_text(encoding="utf-8").strip()
+        if not pointer.exists() or pointer.is_file():  # never a link to /dev/zero or a FIFO: it would not end
+            named = pointer.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         why = f"{pointer} is missing"
     except (OSError, UnicodeDecodeError):

@@ -39,7 +39,7 @@ from hetrl_cli.artifacts.base import Strict
 from hetrl_cli.artifacts.io import write_text_atomic
 from hetrl_cli.artifacts.plan import Plan
 from hetrl_cli.artifacts.run import DeviceMemory, RunSummary, TaskMeasurement
-from hetrl_cli.errors import Unwritable
+from hetrl_cli.errors import BadInput, Unwritable
 
 KEEP_CHECKPOINTS = 2
 PRIVATE_UMASK = 0o077
@@ -115,9 +115,17 @@ def metrics_problem(record: Any) -> str | None:
         for phases in peaks.values()
     ):
         return "'peak_memory_bytes' is not an object of byte counts per device"
-    if not isinstance(record.get("memory_measure", {}), dict):
-        return "'memory_measure' is not an object"
+    measures = record.get("memory_measure", {})
+    if not isinstance(measures, dict) or not all(isinstance(v, str) for v in measures.values()):
+        return "'memory_measure' is not an object of strings"
     return None
+
+
+def _metrics_int(text: str) -> int:
+    """An integer of a metrics line: at most 300 digits, so that every reader may take it as a float."""
+    if len(text.lstrip("-")) > 300:
+        raise ValueError("too many digits")
+    return int(text)
 
 
 def parse_metrics(text: str) -> MetricsRead:
@@ -128,12 +136,15 @@ def parse_metrics(text: str) -> MetricsRead:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, parse_int=_metrics_int)
         except json.JSONDecodeError:
             read.skipped.append((number, "not valid JSON"))
             continue
-        except (ValueError, RecursionError) as exc:  # a number past Python's digit limit, nesting too deep
-            read.skipped.append((number, f"unreadable JSON: {type(exc).__name__}"))
+        except ValueError:  # an integer no float can hold (past 1e308; Python's digit limit)
+            read.skipped.append((number, "a number too long to be a measurement"))
+            continue
+        except RecursionError:
+            read.skipped.append((number, "nested too deeply"))
             continue
         problem = metrics_problem(record)
         if problem:
@@ -205,6 +216,8 @@ class RunDir:
     def read_metrics_checked(self) -> MetricsRead:
         if not self.metrics.exists():
             return MetricsRead()
+        if not self.metrics.is_file():  # a folder, or a link to /dev/zero or a FIFO: reading would never end
+            raise BadInput(f"{self.metrics}: not a regular file; remove it or give the run directory as written")
         return parse_metrics(self.metrics.read_text(encoding="utf-8", errors="replace"))
 
     def truncate_metrics(self, last_step: int) -> None:
