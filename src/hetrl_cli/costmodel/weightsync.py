@@ -73,7 +73,7 @@ class WeightSync:
         the per-tensor host part of the seconds)."""
         self.leader_loads = leader_loads
         self.gathers: Memo[float] = Memo(self._make_gather)
-        """gathers(role, train replicas, in-group receivers or None) → seconds (gather_s)."""
+        """gathers(role, one training replica) → seconds of its gather onto its leader (gather_s)."""
         """Whether a generation replica's first device alone takes the weights (vLLM-like engine: the cost model's
         default); False for the hf engine, whose every TP rank receives them (runtime/weightsync.engine_followers)."""
 
@@ -175,14 +175,12 @@ class WeightSync:
         host_s = (tensors_s + self.task_overhead_s.get("weight_sync", 0.0)) * scale
         return local_s, remote_s, label, tensors_s * scale, host_s
 
-    def gather_s(self, role: str, train: TaskPlacement, receivers: Sequence[str] | None = None) -> float:
-        """Seconds a sync waits for its sources' full weights: each gathering training replica's leader receives
-        its replica's TP shards and PP stages from the other members (runtime Shard.full_weights; every sync,
-        colocated or not, starts with it). Replica 0's; where the sync is relayed inside the group (`receivers`:
-        the devices relayed to, syncs()) also those of the replicas whose leaders feed their own host
-        (host_feeds), side by side: the slowest. 0 under ZeRO-3 (parts() prices its all-gather of the chunks)."""
-        key = tuple(receivers) if receivers is not None else None
-        return self.gathers(role, train.replicas, key)
+    def gather_s(self, role: str, train: TaskPlacement) -> float:
+        """Seconds a sync waits for its source's full weights: replica 0's leader receives its replica's TP shards
+        and PP stages from the other members (runtime Shard.full_weights; every sync, colocated or not, starts
+        with it; inside a group each feeding replica's own gather delays its own relay: in_group_gather_s). 0
+        under ZeRO-3 (parts() prices its all-gather of the chunks)."""
+        return self.gathers(role, train.replicas[0]) if train.replicas else 0.0
 
     def group_gathers_s(
         self,
@@ -239,9 +237,7 @@ class WeightSync:
         relay is short)."""
         by_leader = {rep[0][0]: rep for rep in train.replicas}
         sources = [train.replicas[0][0][0], *(f for f in feeders if f in by_leader)]
-        waits = tuple((d, self.replica_gather_s(role, by_leader[d])) for d in sources)
-        if self.step.workload.sharding == "zero3":
-            waits = ()
+        waits = tuple((d, self.gathers(role, by_leader[d])) for d in sources)
         key = (tuple(train.devices), tuple(gen), role, tuple(in_place) if in_place is not None else None)
         return self.sync(*key, tuple(feeders), waits)[0] - self.sync(*key, tuple(feeders))[0]
 
@@ -260,22 +256,11 @@ class WeightSync:
         nbytes = arch.param_count(HEAD["actor_train"]) * weight_bytes_per_param(self.step.workload)
         return nbytes / C.HOST_DEVICE_Bps * (1.0 + 1.0 / min(tps))
 
-    def _make_gather(
-        self, role: str, replicas: tuple[tuple[tuple[str, ...], ...], ...], receivers: tuple[str, ...] | None
-    ) -> float:
+    def _make_gather(self, role: str, replica: tuple[tuple[str, ...], ...]) -> float:
         cluster = self.cluster
-        if self.step.workload.sharding == "zero3" or not replicas:
+        if self.step.workload.sharding == "zero3" or any(d not in cluster.device_class for st in replica for d in st):
             return 0.0
-        if any(d not in cluster.device_class for rep in replicas for st in rep for d in st):
-            return 0.0
-        gathering = [replicas[0]]
-        if receivers is not None:
-            by_leader = {rep[0][0]: rep for rep in replicas}
-            feeders = self.feeders(TaskPlacement(SYNCED[role][0], replicas))
-            leader = replicas[0][0][0]
-            fed = host_feeds([leader, *feeders], [d for d in receivers if d != leader], cluster.host_of)
-            gathering += [by_leader[f] for f in fed if f != leader]
-        return max(self.replica_gather_s(role, rep) for rep in gathering)
+        return self.replica_gather_s(role, replica)
 
     def replica_gather_s(self, role: str, replica: Sequence[Sequence[str]]) -> float:
         """One replica's gather onto its leader (stage 0's first device): the members' bytes
