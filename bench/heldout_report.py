@@ -6,12 +6,14 @@ from the three runs' JSON, written to bench/results/uneven_seed<N>.json and .md.
         --out bench/results/hybrid_uneven_seed1.json
     .venv/bin/python bench/uneven_suite.py --ilp --seed 1 --count 30 --only <the lazy settings> \\
         --out bench/results/uneven_suite_seed1.json        # writes uneven_ilp_seed1.json
+    .venv/bin/python bench/uneven_suite.py --cost --seed 1 --count 30 --out bench/results/uneven_suite_seed1.json
     .venv/bin/python bench/heldout_report.py --seed 1
 
 The first is deterministic (baselines, the hybrid over a --max-evals ladder: never infeasible where a
 baseline plans, anytime, no `None`); the second runs the full ILP (≤ 150 whole-host pools) against the hybrid
 at fixed evaluations and at 2 s / 10 s, and auto's estimate against the exact solver's CPU seconds; the third
-the lazy ILP (past 150 pools) at 60 s against the hybrid at 2 s / 10 s. A missing file leaves its part out.
+the lazy ILP (past 150 pools) at 60 s against the hybrid at 2 s / 10 s; the fourth `--objective cost` and
+`--max-cost-per-hour` (writes uneven_cost_seed1.json; seed 3 on). A missing file leaves its part out.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ def markdown(seed: int, summary: dict, hybrid: dict | None, ilp: dict | None, su
         ("Baselines and the hybrid's --max-evals ladder (uneven_suite.py)", f"uneven_suite_seed{seed}.md"),
         ("Full ILP (≤ 150 pools) vs the hybrid, auto's estimate (hybrid_uneven.py)", f"hybrid_uneven_seed{seed}.md"),
         ("Lazy ILP (> 150 pools) at 60 s against the hybrid (uneven_suite.py --ilp)", f"uneven_ilp_seed{seed}.md"),
+        ("--objective cost and --max-cost-per-hour (uneven_suite.py --cost)", f"uneven_cost_seed{seed}.md"),
     ):  # fmt: skip
         path = RESULTS / name
         if path.exists():
@@ -82,6 +85,7 @@ def main() -> None:
     suite = load(f"uneven_suite_seed{args.seed}.json")
     hybrid = load(f"hybrid_uneven_seed{args.seed}.json")
     ilp = load(f"uneven_ilp_seed{args.seed}.json")
+    cost = load(f"uneven_cost_seed{args.seed}.json")
     summary: dict = {"seed": args.seed}
     if suite:
         summary["ladder"] = ladder_part(suite)
@@ -89,8 +93,11 @@ def main() -> None:
         summary["full_ilp"] = hybrid["summary"] | {"load": [round(r["load"], 1) for r in hybrid["rows"]]}
     if ilp:
         summary["lazy_ilp"] = lazy_part(ilp, hybrid)
+    if cost:
+        summary["cost"] = cost["summary"]
     out = RESULTS / f"uneven_seed{args.seed}.json"
-    out.write_text(json.dumps({"summary": summary, "suite": suite, "full_ilp": hybrid, "lazy_ilp": ilp}, indent=2))
+    parts = {"summary": summary, "suite": suite, "full_ilp": hybrid, "lazy_ilp": ilp, "cost": cost}
+    out.write_text(json.dumps(parts, indent=2))
     out.with_suffix(".md").write_text(markdown(args.seed, summary, hybrid, ilp, suite))
     print(json.dumps(summary, indent=2))
 

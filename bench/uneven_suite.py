@@ -23,6 +23,13 @@ whole-host pools), auto's estimate of the ILP's seconds (`ilp.estimate_s`, on fr
 seconds `solve_ilp` took inside that run where it finished (space enumerated, every grouping settled), and
 the hybrid at `--budget 2s` and `10s` against the ILP's plan where the ILP proved it optimal. Writes
 bench/results/uneven_ilp.json and .md.
+
+With `--cost` (issue 24, item 5), per setting, the types without a catalog price at TEST_PRICES: the hybrid at
+`--max-evals 128` under `--objective time` and `cost`, both again under `--max-cost-per-hour` 1.01x the cost
+plan's $/hour, and under a cap of 0.01 $/h. Checks: the cost plan's $/iteration no higher than the time
+plan's; under the cap the cost search keeps its plan, no plan is over the cap, the time search is no slower
+than a plan it or the cost search found under the cap; the 0.01 cap exits 3 with one line naming a $/h and no
+`None`. Writes bench/results/uneven_cost.json and .md.
 """
 
 from __future__ import annotations
@@ -164,6 +171,109 @@ def run_ilp_setting(cluster: dict, workload_data: dict, ilp_budget: float = 60.0
     return row
 
 
+TEST_PRICES = {"T4": 0.53, "L4": 0.80, "L40S": 1.86}
+"""$/GPU-hour for the suite's types the catalog has no list price for (tests/planner/test_heldout.py's)."""
+
+
+def priced(cluster: dict) -> dict:
+    """`cluster` with TEST_PRICES on the node groups of those types (the rest priced from the catalog)."""
+    groups = [{**g, "price_per_gpu_hour": TEST_PRICES[g["gpu"]]} if g["gpu"] in TEST_PRICES else g
+              for g in cluster["node_groups"]]  # fmt: skip
+    return {**cluster, "node_groups": groups}
+
+
+def run_cost_setting(cluster: dict, workload_data: dict, evals: int = 128) -> dict:
+    """`--objective cost` and `--max-cost-per-hour` on one setting (module docstring, `--cost`): the hybrid at
+    `evals` evaluations (deterministic) under each objective, under a cap 1.01x the cost plan's $/hour, and
+    under a cap no plan meets (0.01 $/h); the checks."""
+    from hetrl_cli.artifacts.workload import Workload
+    from hetrl_cli.errors import Infeasible
+    from hetrl_cli.planner.api import make_plan
+    from hetrl_cli.profiling.catalog import profile_from_cluster
+
+    profile = profile_from_cluster(priced(cluster))
+    workload = Workload.model_validate(workload_data)
+
+    def attempt(objective: str, cap: float | None = None) -> dict:
+        try:
+            plan = make_plan(profile, workload, solver="hybrid", budget_s=600, max_evals=evals, seed=0,
+                             objective=objective, max_cost_per_hour=cap)  # fmt: skip
+        except Infeasible as exc:
+            return {"error": str(exc)}
+        price = plan.price
+        assert price is not None, "every device is priced"
+        return {"s_it": plan.cost.iteration_s, "usd_h": price.usd_per_hour, "usd_it": price.usd_per_iteration}
+
+    row: dict = {"time": attempt("time"), "cost": attempt("cost")}
+    if "error" in row["cost"]:
+        row["checks"] = ["cost_exit3_where_time_plans"] if "error" not in row["time"] else []
+        return row
+    cap = row["cost"]["usd_h"] * 1.01
+    row["cap"] = cap
+    row["capped_cost"], row["capped_time"] = attempt("cost", cap), attempt("time", cap)
+    row["tiny_cap"] = attempt("cost", 0.01)
+    row["checks"] = cost_checks(row, cap)
+    return row
+
+
+def cost_checks(row: dict, cap: float) -> list[str]:
+    """What went wrong in `run_cost_setting`'s row (empty: each objective and cap behaved)."""
+    bad, free, cost, time_ = [], row["cost"], row["capped_cost"], row["capped_time"]
+    if "error" not in row["time"] and free["usd_it"] > row["time"]["usd_it"] * (1 + 1e-9):
+        bad.append("cost_plan_dearer_than_time_plan")
+    if "error" in cost or cost["usd_it"] > free["usd_it"] * (1 + 1e-9):
+        bad.append("cap_lost_the_cost_plan")
+    if any("error" not in p and p["usd_h"] > cap * (1 + 1e-12) for p in (cost, time_)):
+        bad.append("over_cap")
+    meets = [p["s_it"] for p in (free, cost, row["time"]) if "error" not in p and p["usd_h"] <= cap * (1 + 1e-12)]
+    if "error" in time_ or time_["s_it"] > min(meets) * (1 + 1e-9):
+        bad.append("capped_time_slower_than_a_plan_under_the_cap")
+    tiny = row["tiny_cap"].get("error")
+    if tiny is None:
+        bad.append("tiny_cap_planned")
+    elif "None" in tiny or "\n" in tiny or "$/h" not in tiny:
+        bad.append("tiny_cap_message")
+    return bad
+
+
+def main_cost(args) -> None:
+    rows = []
+    for name, cluster, workload in settings(args.count, args.seed):
+        if args.only and name not in args.only:
+            continue
+        start = time.monotonic()
+        row = {"name": name, **run_cost_setting(cluster, workload)}
+        rows.append(row)
+        print(f"{name}: {time.monotonic() - start:.0f} s, {row['checks'] or 'ok'}, "
+              f"time {row['time']} cost {row['cost']}", flush=True)  # fmt: skip
+        summary = {"settings": len(rows), "planned": sum("error" not in r["cost"] for r in rows),
+                   "failed": {r["name"]: r["checks"] for r in rows if r["checks"]}}  # fmt: skip
+        out = Path(args.out).with_name(Path(args.out).name.replace("uneven_suite", "uneven_cost"))
+        out.write_text(json.dumps({"summary": summary, "test_prices": TEST_PRICES, "rows": rows}, indent=2) + "\n")
+        out.with_suffix(".md").write_text(cost_markdown(rows))
+    print(json.dumps(summary))
+
+
+def cost_markdown(rows: list[dict]) -> str:
+    head = ["setting", "time: s/it, $/h, $/it", "cost: s/it, $/h, $/it", "cap $/h", "capped cost", "capped time",
+            "cap 0.01", "checks"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def f(p: dict | None) -> str:
+        if p is None:
+            return "–"
+        return "exit 3" if "error" in p else f"{p['s_it']:.1f}, {p['usd_h']:.2f}, {p['usd_it']:.4f}"
+
+    for r in rows:
+        tiny = r.get("tiny_cap")
+        cells = [r["name"], f(r["time"]), f(r["cost"]), f"{r['cap']:.2f}" if "cap" in r else "–",
+                 f(r.get("capped_cost")), f(r.get("capped_time")),
+                 "–" if tiny is None else ("exit 3" if "error" in tiny else "planned"),
+                 ", ".join(r["checks"]) or "ok"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def ilp_summary(rows: list[dict]) -> dict:
     """The targets: a bound on every planned setting; auto's estimate within 2x; the hybrid against proofs."""
     planned = [r for r in rows if "status" in r.get("ilp", {})]
@@ -259,11 +369,15 @@ def main() -> None:
     parser.add_argument("--ladder", type=int, nargs="*", default=[32, 64, 128, 256, 512])
     parser.add_argument("--list", action="store_true", help="print the settings and stop")
     parser.add_argument("--ilp", action="store_true", help="the exact solver's bound, auto's estimate, hybrid vs ILP")
+    parser.add_argument("--cost", action="store_true", help="--objective cost and --max-cost-per-hour checks")
     parser.add_argument("--only", nargs="*", default=None, help="these settings only (names, e.g. u04 u13)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "uneven_suite.json"))
     args = parser.parse_args()
     if args.ilp:
         main_ilp(args)
+        return
+    if args.cost:
+        main_cost(args)
         return
     rows = []
     for name, cluster, workload in settings(args.count, args.seed):
