@@ -309,6 +309,7 @@ class Worker:
             dtype=wl.precision,
             memory_bytes=memory_bytes,
             kv_cache_bytes=kv_cache_bytes,
+            keep_loaded=self.manifest.verify_weights,  # vLLM's host copy of each load, for the checksum
         )
         return build_engine(self.manifest.engine, at)
 
