@@ -82,3 +82,32 @@ def test_the_shared_bucket_takes_each_tensor_once_without_a_staging_copy(monkeyp
     assert engine.bucket_paths == {"shm": 1} and shared.kind == "shm"
     assert shared.nbytes >= sum(t.numel() * t.element_size() for _, t in bucket)
     assert staged == []  # before: every tensor of the bucket went through .cpu() first
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_run_keeps_no_host_copy_of_the_weights_unless_it_verifies_them(
+    monkeypatch: pytest.MonkeyPatch, keep: bool
+) -> None:
+    """VLLMEngine.load_weights kept a host copy of every tensor it loaded (a device-to-host pass of every synced
+    byte each sync, and the whole model in host memory) for weights_checksum, which only --verify-weights asks
+    for; now the worker builds it with keep_loaded = verify_weights (EngineBuild.keep_loaded), and without it the
+    sync moves the bytes the cost model prices and no more."""
+    from hetrl_cli.runtime.engines import vllm as vllm_engine
+
+    class StubLLM:
+        def collective_rpc(self, fn):
+            return None
+
+        def reset_prefix_cache(self):
+            return None
+
+    engine = object.__new__(vllm_engine.VLLMEngine)
+    engine.llm, engine.in_process, engine.tp, engine.bucket_paths = StubLLM(), True, 2, {}
+    engine.tied, engine._weights_asleep, engine._named, engine.keep_loaded = False, False, None, keep
+    copied = []
+    real_cpu = torch.Tensor.cpu
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: copied.append(self) or real_cpu(self, *a, **k))
+    bucket = [("w0", torch.arange(100, dtype=torch.float32)), ("w1", torch.ones(3, 4))]
+    engine.load_weights([bucket])
+    assert len(copied) == (2 if keep else 0)  # before: 2 (a copy of every tensor) whatever the run asked
+    assert (engine.weights_checksum() != "initial") == keep

@@ -208,6 +208,10 @@ class EngineBuild:
     keep resident there); None where the plan gives none (engine defaults)."""
     kv_cache_bytes: int | None = None
     """The KV-cache budget that share leaves after the weights and work space (engines/budget.py)."""
+    keep_loaded: bool = True
+    """Keep a host copy of the weights each load hands a vLLM engine, for `weights_checksum` (its own weights are
+    fused, so the copy is what it can be checked by): a device-to-host pass of every synced byte and the model
+    in host memory each sync, so a run asks for it only with --verify-weights."""
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ def build(at: EngineBuild) -> VLLMEngine:
         max_model_len=at.max_model_len,
         kv_cache_bytes=at.kv_cache_bytes,
         memory_bytes=at.memory_bytes,
+        keep_loaded=at.keep_loaded,
     )
 
 
@@ -151,9 +152,11 @@ class VLLMEngine(RolloutEngine):
         tp: int = 1,
         executor: str = "external_launcher",
         visible_devices: list[str] | None = None,
+        keep_loaded: bool = True,
     ) -> None:
         """`tp > 1`: `executor` "external_launcher" (this process is one TP rank of the caller's torch world) or
-        "mp" (vLLM's own TP workers, one per device of `visible_devices`: physical CUDA ids in TP order)."""
+        "mp" (vLLM's own TP workers, one per device of `visible_devices`: physical CUDA ids in TP order).
+        `keep_loaded`: EngineBuild.keep_loaded."""
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -185,6 +188,7 @@ class VLLMEngine(RolloutEngine):
         self.asleep = 0
         self._weights_asleep = False
         self._named: list[tuple[str, Tensor]] | None = None
+        self.keep_loaded = keep_loaded
 
     @property
     def can_sleep(self) -> bool:
@@ -216,10 +220,11 @@ class VLLMEngine(RolloutEngine):
         for bucket in self._with_tied_head(named_buckets):
             moved = [(name, tensor.detach().contiguous()) for name, tensor in bucket]
             self._send_bucket(moved)
-            loaded.extend((n, t.cpu()) for n, t in moved if n != "lm_head.weight" or not self.tied)
+            if self.keep_loaded:  # a host copy for weights_checksum (--verify-weights only, in a run)
+                loaded.extend((n, t.cpu()) for n, t in moved if n != "lm_head.weight" or not self.tied)
         self.llm.collective_rpc(_reload_finish)
         self.llm.reset_prefix_cache()
-        self._named = loaded
+        self._named = loaded if self.keep_loaded else None
 
     def _send_bucket(self, bucket: Bucket) -> None:
         """One bucket to every vLLM worker, by the path engines/handoff.pick_mode picks: in-process as it is,

@@ -85,6 +85,7 @@ def build_replica(at: EngineBuild) -> RolloutEngine:
         tp=pos.tp,
         executor="mp",
         visible_devices=[f[1] for f in facts] if cuda else None,
+        keep_loaded=at.keep_loaded,
     )
     return ReplicaLeader(engine, leader, par.tp_group)
 
