@@ -196,7 +196,7 @@ def host_rows(config_dir: Path) -> list[dict[str, Any]]:
             "slowest_engine_s": slowest_engine_s(seen, SLOWEST_ENGINE_UPLIFT),
             "key": bd.key, "published_s": published, "predicted_s": predicted, "host": parts,
             "with_host_s": predicted + parts["total"], "gap_share": parts["total"] / (published - predicted),
-            "engine_us_per_sequence_step": (parts["total"] - parts["grading"]) / tokens * 1e6,
+            "engine_us_per_sequence_step": (parts["total"] - parts["grading"] - parts["driver"]) / tokens * 1e6,
             "at_dbm_host_s": tuple(us * 1e-6 * tokens for us in DBM_HOST_US_PER_SEQUENCE_STEP),
         })  # fmt: skip
     return rows
@@ -205,16 +205,18 @@ def host_rows(config_dir: Path) -> list[dict[str, Any]]:
 def host_table(config_dir: Path) -> list[str]:
     """host_rows as markdown."""
     lines = [
-        "| split | generation pub / pred | output processing | scheduler (per sequence) | NeMo-RL log-prob copy | "
-        "grading (one of 8) | measured host work | pred + host | share of the gap | µs per sequence-step | "
-        "at DBM's 42–80 µs | slowest engine's mean +20 % (not measured) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| split | generation pub / pred | output processing | scheduler (per sequence) | model runner's "
+        "_update_states (per sequence) | NeMo-RL log-prob copy | grading (one of 8) | driver decode + observations | "
+        "measured host work | pred + host | share of the gap | µs per sequence-step | at DBM's 42–80 µs | slowest "
+        "engine's mean +20 % (not measured) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in host_rows(config_dir):
         h, (lo, hi) = r["host"], r["at_dbm_host_s"]
         lines.append(
             f"| {r['key']} | {r['published_s']:.0f} / {r['predicted_s']:.1f} s | {h['output_processor']:.2f} s | "
-            f"{h['scheduler_per_sequence']:.2f} s | {h['logprob_copy']:.2f} s | {h['grading']:.2f} s | "
+            f"{h['scheduler_per_sequence']:.2f} s | {h['runner_per_sequence']:.2f} s | {h['logprob_copy']:.2f} s | "
+            f"{h['grading']:.2f} s | {h['driver']:.2f} s | "
             f"{h['total']:.2f} s | {r['with_host_s']:.1f} s | {r['gap_share']:.0%} | "
             f"{r['engine_us_per_sequence_step']:.1f} | {lo:.1f}–{hi:.1f} s | +{r['slowest_engine_s']:.1f} s |"
         )

@@ -9,9 +9,11 @@ finish_generation; the refit is its own timer ("prepare_for_generation"). Inside
   every token's log-prob (`logprobs=0`), so each token also gets a `Logprob` with its decoded text. `replay_s`
   runs the real OutputProcessor over one engine's rollout (every sequence live from step 0 to its own length, a
   Llama 3 tokenizer, the engine core's outputs built outside the timed region); `scheduler_s` the real V1
-  Scheduler (0.9.0 has no async scheduling: its host work is serial with the GPU in either mode);
+  Scheduler (0.9.0 has no async scheduling: its host work is serial with the GPU in either mode) and the model
+  runner's `_update_states` on the scheduler's real outputs;
 - NeMo-RL's own copy of each token's log-prob into a padded tensor after `llm.generate` (`logprob_copy_s`);
-- the math environment's rewards: math-verify over the step's 2,048 responses on 8 Ray actors (`grade_s`).
+- the math environment's rewards: math-verify over the step's 2,048 responses on 8 Ray actors (`grade_s`);
+- the driver's `batch_decode` of the responses and its tokenising of each environment observation (`driver_s`).
 
 Times are thread CPU seconds (a shared box's waits for a core are not counted). vLLM 0.9.0 is not in hetrl's
 venv; a side venv runs it (`PYTHONPATH=src:bench`):
@@ -173,9 +175,12 @@ def scheduler_s(tokenizer_dir: str, lengths: list[int], logprobs: int | None = 0
     update_from_output, serial with the GPU's step in 0.9.0, which has no async scheduling) for len(lengths)
     sequences of 256 prompt tokens, sequence i decoding lengths[i] tokens, at NeMo-RL's settings (prefix caching
     on, 16-token blocks, max_model_len 4,096); the model runner's outputs are stand-ins (one token a sequence a
-    step, a one-token LogprobsLists)."""
+    step, a one-token LogprobsLists). "runner_s": the model runner's `_update_states` on the same steps (vLLM
+    0.9.0's GPUModelRunner method on a CPU InputBatch: the per-request state and token bookkeeping before the
+    GPU step; its tensor preparation and sampler are not run)."""
     import shutil
     import tempfile
+    import types
 
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -186,6 +191,8 @@ def scheduler_s(tokenizer_dir: str, lengths: list[int], logprobs: int | None = 0
     from vllm.v1.outputs import LogprobsLists, ModelRunnerOutput
     from vllm.v1.request import Request
     from vllm.v1.structured_output import StructuredOutputManager
+    from vllm.v1.worker.gpu_input_batch import InputBatch
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     interface.Platform.is_async_output_supported = classmethod(lambda cls, eager: False)  # no GPU platform here
     interface.Platform.check_and_update_config = classmethod(lambda cls, config: None)
@@ -213,11 +220,19 @@ def scheduler_s(tokenizer_dir: str, lengths: list[int], logprobs: int | None = 0
                                 ignore_eos=True)  # fmt: skip
         prompt = list(range(1000 + i * 256, 1000 + (i + 1) * 256))
         scheduler.add_request(Request(str(i), prompt, None, None, None, params, 128009, time.time()))
-    spent, steps = 0.0, 0
+    cpu = torch.device("cpu")
+    batch = InputBatch(max_num_reqs=1024, max_model_len=4096, max_num_batched_tokens=16384, device=cpu,
+                       pin_memory=False, vocab_size=128256, block_size=16)  # fmt: skip
+    runner = types.SimpleNamespace(requests={}, encoder_cache={}, uses_mrope=False, kv_cache_config=kv, device=cpu,
+                                   input_batch=batch, _may_reorder_batch=lambda _: False)  # fmt: skip
+    spent, steps, in_runner = 0.0, 0, 0.0
     while scheduler.get_num_unfinished_requests() > 0:
         t0 = time.thread_time()
         out = scheduler.schedule()
         t1 = time.thread_time()
+        GPUModelRunner._update_states(runner, out)  # type: ignore[arg-type]
+        if steps:
+            in_runner += time.thread_time() - t1
         ids = [r.request_id for r in scheduler.running if r.request_id in out.num_scheduled_tokens]
         lp = LogprobsLists([[5]] * len(ids), [[-0.7]] * len(ids), [1] * len(ids)) if logprobs is not None else None
         result = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
@@ -228,7 +243,7 @@ def scheduler_s(tokenizer_dir: str, lengths: list[int], logprobs: int | None = 0
         if steps:  # the first step is the prefill's
             spent += t1 - t0 + time.thread_time() - t2
         steps += 1
-    return {"seconds": spent, "decode_steps": steps - 1, "n": len(lengths)}
+    return {"seconds": spent, "runner_s": in_runner, "decode_steps": steps - 1, "n": len(lengths)}
 
 
 def logprob_copy_s(lengths: list[int], prompt: int = 256, cap: int = 3840) -> float:
@@ -253,6 +268,25 @@ def logprob_copy_s(lengths: list[int], prompt: int = 256, cap: int = 3840) -> fl
             if logprob_dict:
                 full_logprobs[sequence_length + idx] = next(iter(logprob_dict.items()))[1].logprob
     return time.thread_time() - t0
+
+
+def driver_s(tokenizer_dir: str, lengths: list[int], engines: int) -> float:
+    """Process CPU seconds (every thread: tokenizers decodes in parallel) of the driver's per-step work in
+    run_multi_turn_rollout (rollouts.py v0.3.0) after the engines return: `tokenizer.batch_decode` of every
+    response (engines × `lengths`) and one `tokenizer(...)` call a sample for the math environment's observation
+    ("Environment: correct" / "incorrect"), with transformers' fast tokenizer."""
+    import torch
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    stream = token_stream(tok, max(lengths) + 8 * len(lengths) * engines)
+    ids = [torch.tensor(stream[8 * i : 8 * i + n]) for i, n in enumerate(lengths * engines)]
+    t0 = time.process_time()
+    tok.batch_decode(ids, skip_special_tokens=True)
+    for i in range(len(ids)):
+        obs = "Environment: correct" if i % 2 else "Environment: incorrect"
+        tok(obs, return_tensors="pt", add_special_tokens=False).input_ids[0]
+    return time.process_time() - t0
 
 
 SPLITS = {  # one engine's rollout: sequences an engine, mean and tail response (bench/published_figures.py)
@@ -284,11 +318,17 @@ def measure(parts: set[str], tokenizer: str, repeats: int) -> dict[str, Any]:
         if "output" in parts:
             row["output_processor_s"] = min(replay_s(tokenizer, lens, 0) for _ in range(repeats))
         if "scheduler" in parts:
-            full = min(scheduler_s(tokenizer, lens)["seconds"] for _ in range(repeats))
-            alone = min(scheduler_s(tokenizer, [max(lens)])["seconds"] for _ in range(repeats))
-            row |= {"scheduler_s": full, "scheduler_one_sequence_s": alone}
+            full = [scheduler_s(tokenizer, lens) for _ in range(repeats)]
+            alone = [scheduler_s(tokenizer, [max(lens)]) for _ in range(repeats)]
+            row |= {"scheduler_s": min(r["seconds"] for r in full),
+                    "scheduler_one_sequence_s": min(r["seconds"] for r in alone),
+                    "runner_s": min(r["runner_s"] for r in full),
+                    "runner_one_sequence_s": min(r["runner_s"] for r in alone)}  # fmt: skip
         if "copy" in parts:
             row["logprob_copy_s"] = min(logprob_copy_s(lens) for _ in range(repeats))
+        if "driver" in parts:
+            engines = 2048 // len(lens)
+            row["driver_s"] = min(driver_s(tokenizer, lens, engines) for _ in range(repeats))
         if "grading" in parts:
             chars = round(mean * CHARS_PER_TOKEN)
             row["grading_s"] = min(grade_s(RESPONSES_PER_GRADER, chars)["seconds"] for _ in range(repeats))
@@ -299,7 +339,7 @@ def measure(parts: set[str], tokenizer: str, repeats: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokenizer", default="", help="a folder with a Llama 3 tokenizer.json (output, scheduler)")
-    ap.add_argument("--parts", default="output,scheduler,copy", help="of output,scheduler,copy,grading")
+    ap.add_argument("--parts", default="output,scheduler,copy", help="of output,scheduler,copy,driver,grading")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     json.dump(measure(set(args.parts.split(",")), args.tokenizer, args.repeats), sys.stdout, indent=1)
@@ -311,45 +351,58 @@ MEASURED: dict[str, dict[str, float]] = {
         "tokens": 203536,
         "steps": 3811,
         "output_processor_s": 1.675,
-        "scheduler_s": 1.1,
-        "scheduler_one_sequence_s": 0.047,
+        "scheduler_s": 1.198,
+        "scheduler_one_sequence_s": 0.056,
         "logprob_copy_s": 0.834,
         "grading_s": 0.462,
+        "runner_s": 0.356,
+        "runner_one_sequence_s": 0.013,
+        "driver_s": 0.457,
     },
     "nemo-rl-v0.3/llama3.1-70b/64xh100": {
         "tokens": 50979,
         "steps": 3712,
         "output_processor_s": 0.255,
-        "scheduler_s": 0.305,
-        "scheduler_one_sequence_s": 0.047,
+        "scheduler_s": 0.316,
+        "scheduler_one_sequence_s": 0.053,
         "logprob_copy_s": 0.21,
         "grading_s": 0.532,
+        "runner_s": 0.092,
+        "runner_one_sequence_s": 0.012,
+        "driver_s": 0.277,
     },
     "nemo-rl-v0.3/qwen3-32b/64xh100": {
         "tokens": 420291,
         "steps": 3837,
         "output_processor_s": 3.029,
-        "scheduler_s": 2.33,
-        "scheduler_one_sequence_s": 0.048,
+        "scheduler_s": 2.38,
+        "scheduler_one_sequence_s": 0.056,
         "logprob_copy_s": 1.873,
         "grading_s": 0.783,
+        "runner_s": 0.636,
+        "runner_one_sequence_s": 0.013,
+        "driver_s": 1.699,
     },
 }
-"""Thread CPU seconds of one engine's rollout per split, fastest of three runs (`measure`), 2026-12-05 on the
-shared 2-core 2.6 GHz Xeon VM (other engineers' tests running; thread time, so waiting for a core is not counted)."""
+"""Thread CPU seconds of one engine's rollout per split (the driver's: process CPU seconds of the whole step's
+2,048 responses), fastest of three runs (`measure`), 2026-12-05 on the shared 2-core 2.6 GHz Xeon VM (other
+engineers' tests running; CPU time, so waiting for a core is not counted)."""
 
 
 def host_parts(key: str) -> dict[str, float]:
     """The host seconds of MEASURED[key] that NeMo-RL's 'generation' timer holds on the GPU's critical path and the
-    cost model does not price: the output processing (in process), the scheduler's per-sequence part (its
-    one-sequence run over the same steps is the per-step part DECODE_STEP_OVERHEAD_S stands for), NeMo-RL's
-    log-prob copy, and one grader's share of the rewards (the 8 graders run at once)."""
+    cost model does not price: the output processing (in process), the scheduler's and the model runner's
+    per-sequence parts (their one-sequence runs over the same steps are the per-step part DECODE_STEP_OVERHEAD_S
+    stands for), NeMo-RL's log-prob copy, one grader's share of the rewards (the 8 graders run at once) and the
+    driver's decoding and observation tokenising after the engines return."""
     row = MEASURED[key]
     parts = {
         "output_processor": row["output_processor_s"],
         "scheduler_per_sequence": row["scheduler_s"] - row["scheduler_one_sequence_s"],
+        "runner_per_sequence": row["runner_s"] - row["runner_one_sequence_s"],
         "logprob_copy": row["logprob_copy_s"],
         "grading": row["grading_s"],
+        "driver": row["driver_s"],
     }
     return parts | {"total": sum(parts.values())}
 

@@ -44,8 +44,9 @@ def test_measured_rollouts_are_the_priced_lengths(bench):
 
 
 def test_host_parts_sum_and_the_8b_share(bench):
-    """The four parts add up; the per-sequence scheduler part excludes the per-step part the cost model prices;
-    on the 8B split (the check miss's rollout) the measured host work is a real share of the gap, not all of it."""
+    """The parts add up; the per-sequence scheduler and model-runner parts exclude the per-step part the cost model
+    prices; on the 8B split (the check miss's rollout) the measured host work is a real share of the gap, not all
+    of it."""
     host, gen = bench
     for key in host.MEASURED:
         parts = host.host_parts(key)
@@ -53,6 +54,7 @@ def test_host_parts_sum_and_the_8b_share(bench):
         assert all(v > 0 for v in parts.values()), key
         row = host.MEASURED[key]
         assert parts["scheduler_per_sequence"] == pytest.approx(row["scheduler_s"] - row["scheduler_one_sequence_s"])
+        assert parts["runner_per_sequence"] == pytest.approx(row["runner_s"] - row["runner_one_sequence_s"])
     rows = {r["key"]: r for r in gen.host_rows(Path(tempfile.mkdtemp()))}
     eight = rows["nemo-rl-v0.3/llama3.1-8b/8xh100"]
     assert eight["predicted_s"] < eight["with_host_s"] < eight["published_s"]
