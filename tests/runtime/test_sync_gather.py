@@ -168,3 +168,30 @@ def test_each_feeder_relays_after_its_own_gather() -> None:
     assert plan.weight_sync_s == pytest.approx(base + term, rel=1e-9)
     tables = Tables(cm, profile, workload)
     assert tables.same_group_weight_sync(devices, (train, gen)) == pytest.approx(plan.weight_sync_s, rel=1e-12)
+
+
+def test_calibration_fits_the_weight_sync_with_its_gathers() -> None:
+    """calibration/fit.py's weight-sync observation at unit factors is what evaluate() charges: the gather is a
+    fixed part of it (before: left out, so a fit read the gather as slower links or host overhead)."""
+    from tests.costmodel.conftest import make_profile
+
+    from hetrl_cli.calibration.fit import _observations
+    from hetrl_cli.costmodel.model import CostModel
+    from hetrl_cli.planner.build import placement_from_plan
+
+    from .plans import hand_plan, on, replica
+
+    profile = make_profile([("a0", "A100", 2, "r"), ("b0", "A100", 2, "r")], default_link=(1e9, 1e-3))
+    workload = tiny_workload(precision="bf16")
+    placement = {"actor_train": [replica([["a0/0", "a0/1"], ["b0/0", "b0/1"]], split=[1, 1])]}
+    plan = hand_plan(workload, placement | on("a0/0", ["generation", "reference", "reward"]))
+    plan = plan.model_copy(update={"profile_fingerprint": profile.compute_fingerprint()})
+    cm = CostModel(profile, workload)
+    predicted = cm.evaluate(*placement_from_plan(plan)).weight_sync_s
+    (obs,) = [
+        o
+        for o in _observations([("r", plan, [{"step": 1, "weight_sync_s": 1.0}])], profile, 0)
+        if o[1] == "weight_sync"
+    ]
+    _, _, _, terms, _, _, _ = obs
+    assert terms["layouts"] > 0.001 and sum(terms.values()) == pytest.approx(predicted, rel=1e-9)

@@ -95,6 +95,10 @@ def _observations(runs: list[Run], profile: ClusterProfile, warmup: int):
                 out.append((run_id, task, m, dict(est.terms), dict(est.links), classes, scale))
         if measured.get("weight_sync"):
             terms, links, classes, scale = _weight_sync_terms(model, model.weight_syncs(placements, groups), names)
+            tasks = [p.task for p in placements]  # the gathers and TP hand-off evaluate() adds: fixed seconds here
+            terms["layouts"] = sum(
+                model.sync_gathers_s([p for p in placements if p.task in g.tasks], tasks) for g in groups
+            )
             out.append((run_id, "weight_sync", float(np.median(measured["weight_sync"])), terms, links, classes, scale))
     return out
 
