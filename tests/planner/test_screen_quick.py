@@ -88,3 +88,25 @@ def test_u12_keeps_the_optimum_when_the_union_tables_never_come(u12, monkeypatch
     found = search.screen(groupings(search.tables.tasks), Budget(None, None))
     best = min(c.score for s in found.values() for c in s.scored)
     assert best <= 19.6703
+
+
+def test_the_unpriced_search_is_a_lower_bound_of_the_priced_one():
+    """`_quick_plans` ranks the groupings by their best plan without pair costs (weight syncs, transfers only add)."""
+    screen = _three_classes(Budget(None, 256))
+    assert screen.build_tables()
+    for gi in range(len(screen.groupings)):
+        priced, unpriced = screen.best_plans(gi, set(), True), screen.best_plans(gi, set(), True, False)
+        assert bool(priced) == bool(unpriced)
+        if priced:
+            assert unpriced[0][0] <= priced[0][0] * (1 + 1e-12)
+
+
+def test_quick_plans_alone_are_marked_so_the_search_does_not_rank_by_them(u12, monkeypatch):  # noqa: F811
+    """Where the tables never came, nothing ranked the groupings: the hybrid's first cycle then grows every
+    grouping's constructive split, as it does with no screen (ranked as screened, it would grow only the few
+    quick-scored groupings and the next ones by index)."""
+    profile, w = u12
+    search = Hybrid(Tables(CostModel(profile, w), profile, w), 0)
+    monkeypatch.setattr(Screen, "build_tables", lambda self: False)
+    found = search.screen(groupings(search.tables.tasks), Budget(None, None))
+    assert found and all(s.quick for s in found.values())

@@ -573,7 +573,7 @@ class Hybrid:
         per_arm = FIRST_ROUND * 2**run.cycle
         run.cycle += 1
         width = 1 if run.cycle == 1 else MAX_SPLITS + 1  # the first cycle: only each grouping's constructive split
-        if run.screened:  # the best-ranked groupings first, more of them and of their splits each cycle
+        if any(not s.quick for s in run.screened.values()):  # the best-ranked groupings first, more each cycle
             alive = sorted(alive, key=run.rank)[: SCREEN_ARMS * 2 ** (run.cycle - 1)]
             width = min(MAX_SPLITS + 1, 2 ** (run.cycle - 1))
         live_arms = {gi: list(run.arms[gi]) for gi in alive}

@@ -24,6 +24,7 @@ part holds, and the part's per-class rates added up (load-balanced data parallel
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import heapq
 import itertools
@@ -71,8 +72,11 @@ NODES = 20_000
 millions of plans)."""
 QUICK_PLANS = 3
 """Under seconds alone (no --max-evals): whole-class plans scored before the union tables (`_quick_plans`), at
-most this many. The union tables are 2^k − 1 device sets of cost-model calls (0.13-0.54 CPU s on the uneven
-suite) and a 2 s run on a loaded box (load 8: ~0.5 CPU s) stopped before the screen's first plan."""
+most this many (until one fits). The union tables are 2^k − 1 device sets of cost-model calls (0.13-0.54 CPU s
+on the uneven suite) and a 2 s run on a loaded box (load 8: ~0.5 CPU s) stopped before the screen's first plan."""
+QUICK_GROUPINGS = 4
+"""...of the best plans of this many groupings (a search with pair costs prices pairs of rows: all 203 groupings of
+a PPO workload searched so took the short run's whole CPU on u16; ranked first without them)."""
 
 
 @dataclass
@@ -86,6 +90,8 @@ class Screened:
     """Plans scored exactly, best first."""
     bounded: list[list[int]]
     """Genomes of its best plans not scored, best first (dealt before the class-by-class ones)."""
+    quick: bool = False
+    """Only `_quick_plans`' plans: the union tables never came (the budget ended), nothing ranked the groupings."""
 
 
 @dataclass
@@ -330,7 +336,7 @@ class Screen:
     # --- branch and bound over one grouping ------------------------------------------------------
 
     def best_plans(
-        self, gi: int, skip: set[tuple[Row, ...]], whole: bool = False
+        self, gi: int, skip: set[tuple[Row, ...]], whole: bool = False, priced: bool = True
     ) -> list[tuple[float, tuple[Row, ...]]]:
         """The KEEP best plans (value, rows per group) of grouping `gi` under the current tables and exact
         pair costs, leaving out the plans in `skip` (already scored); `whole`: rows of whole classes only."""
@@ -338,7 +344,7 @@ class Screen:
         tabs = [self.whole_table(s) if whole else self.table(s) for s in grouping]
         if not all(tabs) or len(grouping) > sum(self.n_blocks):
             return []
-        specs = self.tables.pair_specs(grouping)
+        specs = self.tables.pair_specs(grouping) if priced else []  # unpriced: no pair costs (`_quick_plans`)
         train = next(i for i, g in enumerate(grouping) if "actor_train" in g)
         gen = next(i for i, g in enumerate(grouping) if "generation" in g)
         local = {}  # group → the weight sync on its own row: the actor's local reshard, the critic's in its group
@@ -382,7 +388,7 @@ class Screen:
         skip: dict[int, set[tuple[Row, ...]]] = {}
         quick = self._quick_plans(scored, skip) if self.budget.max_evals is None else []
         if not self.build_tables():
-            return self._results(done, scored)
+            return {gi: dataclasses.replace(found, quick=True) for gi, found in self._results(done, scored).items()}
         incumbent = self._class_plans(scored, skip)
         self._rerate(quick)
         fresh = [(bound, gi) for gi in range(len(self.groupings)) if math.isfinite(bound := self._cheap_bound(gi))]
@@ -452,14 +458,13 @@ class Screen:
 
     def _quick_plans(self, scored: dict[int, list[Candidate]], skip: dict[int, set[tuple[Row, ...]]]) -> list:
         """Under seconds alone, before the union tables: each task alone on each whole class (k device sets of
-        the 2^k − 1, entries the tables then find made), each union estimated twice from them, as fast as its
-        fastest class and as its classes' rates added up (`_estimated_plans`), and the best whole-class plans
-        under either, taken in turn (the first before the second estimate is worked out: its branch and bound
-        prices the pairs of rows, most of the pass), made exact and scored until QUICK_PLANS fit or twice as many
-        were tried.
-        The estimates are no bounds and are dropped afterwards (with the ratios measured against them:
-        `_rerate`); the scores are the search's own, so a loaded box's short run keeps the best of them. The
-        entries made exact (what `_rerate` rates again)."""
+        the 2^k − 1, entries the tables then find made), each union estimated as fast as its fastest class,
+        every grouping's best whole-class plan under that estimate without pair costs (a branch and bound of
+        arithmetic), the QUICK_GROUPINGS best of those searched again with the exact pair costs, and their best
+        plans made exact and scored in increasing value until one fits or QUICK_PLANS were tried. The estimate
+        is no bound and is dropped afterwards (with the ratios measured against it: `_rerate`); the scores are
+        the search's own, so a loaded box's short run keeps the best of them. The entries made exact (what
+        `_rerate` rates again)."""
         tasks = self.tables.tasks
         for c in range(self.k):
             if self.budget.spent():
@@ -468,57 +473,37 @@ class Screen:
             for task in tasks:
                 self.fastest[(task, 1 << c)] = self._fastest_alone(task, devices)
         real, before = self.fastest, set(self.exact)
+        self.fastest = dict(real)
+        for mask in (m for m in range(1, 2**self.k) if m & (m - 1)):
+            for task in tasks:
+                self.fastest[(task, mask)] = min(real[(task, 1 << c)] for c in range(self.k) if mask >> c & 1)
         try:
-            maxed = self._estimated_plans(real, False)
-            tried: dict = {}
-            self._score_quick(maxed[:1], tried, scored, skip)  # the first plan before the second estimate's work
-            summed = self._estimated_plans(real, True)
-            turns = [plan for pair in itertools.zip_longest(summed, maxed[1:]) for plan in pair if plan is not None]
-            self._score_quick(turns, tried, scored, skip)
+            unpriced = [
+                (p[0][0], gi) for gi in range(len(self.groupings)) if (p := self.best_plans(gi, set(), True, False))
+            ]
+            found = [
+                (plans[0][0], gi, plans[0][1])
+                for _, gi in sorted(unpriced)[:QUICK_GROUPINGS]
+                if (plans := self.best_plans(gi, set(), True))
+            ]
+            for _, gi, rows in sorted(found)[:QUICK_PLANS]:
+                if self.budget.spent():
+                    break
+                grouping = self.groupings[gi]
+                for subset, row in zip(grouping, rows, strict=True):
+                    if (subset, row) not in self.exact:
+                        self.make_exact(subset, row)
+                cand = self.search.evaluate(grouping, self.genome(rows), self.budget)
+                scored.setdefault(gi, []).append(cand)
+                skip.setdefault(gi, set()).add(rows)
+                if cand.options is not None:
+                    break
         finally:
             self.fastest = real
             self.proxies.clear()
             self._wholes.clear()
             self.ratios.clear()
         return [key for key in self.exact if key not in before]
-
-    def _score_quick(self, plans: list, tried: dict, scored: dict, skip: dict) -> None:
-        """`_quick_plans`' plans (grouping, rows) made exact and scored in order, each once (`tried`: plan → fits),
-        until QUICK_PLANS fit or twice as many were tried."""
-        for gi, rows in plans:
-            if sum(tried.values()) >= QUICK_PLANS or len(tried) >= 2 * QUICK_PLANS or self.budget.spent():
-                return
-            if (gi, rows) in tried:
-                continue
-            grouping = self.groupings[gi]
-            for subset, row in zip(grouping, rows, strict=True):
-                if (subset, row) not in self.exact:
-                    self.make_exact(subset, row)
-            cand = self.search.evaluate(grouping, self.genome(rows), self.budget)
-            scored.setdefault(gi, []).append(cand)
-            skip.setdefault(gi, set()).add(rows)
-            tried[(gi, rows)] = cand.options is not None
-
-    def _estimated_plans(self, real: dict, added: bool) -> list[tuple[int, tuple[Row, ...]]]:
-        """Each grouping's best whole-class plan (grouping, rows), best first, with each union of classes as fast
-        as its fastest class (`added`: its classes' rates added up, `_class_rates`)."""
-        self.fastest = dict(real)
-        self.proxies.clear()
-        self._wholes.clear()
-        self.ratios.clear()
-        for mask in (m for m in range(1, 2**self.k) if m & (m - 1)):
-            for task in self.tables.tasks:
-                rates = [r for c, r in enumerate(self._class_rates(task)) if mask >> c & 1]
-                if not added:
-                    rates = [1 / real[(task, 1 << c)] for c in range(self.k) if mask >> c & 1]
-                rate = sum(rates) if added else max(rates)
-                self.fastest[(task, mask)] = 1 / rate if rate > 0 else math.inf
-        found = [
-            (plans[0][0], gi, plans[0][1])
-            for gi in range(len(self.groupings))
-            if (plans := self.best_plans(gi, set(), True))
-        ]
-        return [(gi, rows) for _, gi, rows in sorted(found)]
 
     def _rerate(self, entries: Sequence[tuple[Subset, Row]]) -> None:
         """The exact/proxy ratios of `_quick_plans`' entries against the real tables' proxies (after the
