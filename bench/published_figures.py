@@ -151,7 +151,7 @@ FIGURES: tuple[Figure, ...] = (
         "on 2026-12-05 after a first fit with it: no kernel rate sets a whole step's residual (`in_loss`), and "
         "fitted with it the rates moved against their own figures. Its miss lies in generation (the v0.3 phase "
         "splits); NeMo-RL v0.5.0 also runs vLLM (0.11.2) in process with logprobs=0, whose host work, measured in "
-        "vLLM 0.9.0's code for the v0.3 8B split, is 4.0 s of that split's 14.6 s gap (bench/nemo_rl_host_work.py)",
+        "vLLM 0.9.0's code for the v0.3 8B split, is 4.9 s of that split's 14.6 s gap (bench/nemo_rl_host_work.py)",
     ),
     Figure(
         "nemo-rl/qwen3-32b/32xh100", "NeMo-RL",
@@ -464,9 +464,10 @@ PHASE_BREAKDOWNS: tuple[PhaseBreakdown, ...] = (
         (("total", 112.0), ("training", 28.0), ("refit", 5.0), ("generation", 58.0), ("logprobs", 18.0)),
         "the per-phase split of the same framework's whole GRPO steps (the check set's two NeMo-RL steps publish "
         "the total only): diagnostic, decided before pricing it; not fitted, not in the check median. Measured "
-        "since (2026-12-05, bench/nemo_rl_host_work.py): its 'generation' holds 4.0 s of host work the cost model "
-        "does not price (vLLM 0.9.0's output processing in process 1.7 s, its scheduler's per-sequence part 1.1 s, "
-        "NeMo-RL's log-prob copy 0.8 s, math-verify grading 0.5 s): 27 % of the 14.6 s generation gap",
+        "since (2026-12-05, bench/nemo_rl_host_work.py): its 'generation' holds 4.9 s of host work the cost model "
+        "does not price (vLLM 0.9.0's output processing in process 1.7 s, its scheduler's and model runner's "
+        "per-sequence parts 1.1 + 0.3 s, NeMo-RL's log-prob copy 0.8 s, math-verify grading 0.5 s, the driver's "
+        "decoding 0.5 s): 34 % of the 14.6 s generation gap",
     ),
     PhaseBreakdown(
         "nemo-rl-v0.3/llama3.1-70b/64xh100", "NeMo-RL",
