@@ -409,3 +409,198 @@ def test_links_variants_are_refused_in_one_line_before_any_ssh(workspace: Path, 
 @pytest.mark.slow
 def test_slow_sweep_of_links_variants(workspace: Path, canary: Path, no_ssh: None) -> None:
     sweep_links(workspace, None, SEED + 1, canary, huge=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A run's checkpoint, as `hetrl export RUN` and `hetrl run PLAN --resume RUN` read it. Its meta.json and
+# index.json are sealed (sha256 of their canonical text) and meta.json holds index.json's digest: a mutation is
+# resealed and re-linked as a forger would, so it reaches the readers behind the seal.
+
+STEP_DIR = "checkpoints/step-000004"
+
+
+@pytest.fixture(scope="module")
+def checkpointed(template: Path) -> Path:
+    """The run template with the tiny actor's weights as one complete sharded checkpoint of step 4 (as a
+    one-rank run writes it) and the tiny model's build in models/."""
+    from hetrl_cli.artifacts.io import load_artifact
+    from hetrl_cli.artifacts.plan import Plan
+    from hetrl_cli.runtime.checkpoint import Piece, RankPart, _seal, training_identity, write_part
+    from hetrl_cli.runtime.rundir import RunDir
+    from hetrl_cli.runtime.tinymodel import load_causal_lm, resolve_model_dir
+
+    root = template.parent.parent / "ckpt-template" / "fuzz"
+    shutil.copytree(template, root)
+    run = RunDir(root)
+    workload = load_artifact(run.plan, Plan).workload
+    spec = workload.model_for("actor")
+    assert spec is not None
+    model = load_causal_lm(resolve_model_dir(spec.path, spec.arch, run.models, workload.seed))
+    pieces = [
+        Piece(f"actor/model/{n}", p.detach(), tuple(p.shape), (0,) * p.dim()) for n, p in model.named_parameters()
+    ]
+    report_ = write_part(run.staging(4), 0, RankPart(pieces=pieces))
+    assert _seal(run, run.staging(4), 4, [report_], {"training": training_identity(workload)}) is None
+    shutil.move(run.models, root.parent / "models")  # shared by the copies (export only reads it)
+    run.models.symlink_to(root.parent / "models")
+    done = run_cli(["export", str(root), "--hf", str(root.parent / "hf")])
+    assert done.code == 0 and not done.crash, done.crash or done.stderr
+    shutil.rmtree(root.parent / "hf")
+    return root
+
+
+def _resealed(name: str, body: object, relink: bool) -> Callable[[Path], None]:
+    """Write `body` as the sealed `name` of the checkpoint; `relink`: record its digest in a resealed meta.json."""
+    from hetrl_cli.runtime.checkpoint import _sha256
+    from hetrl_cli.runtime.rundir import read_sealed_json, sealed_json
+
+    def apply(root: Path) -> None:
+        folder = root / STEP_DIR
+        try:
+            text = sealed_json(body) if isinstance(body, dict) else json.dumps(body)
+        except ValueError:  # NaN and inf have no canonical JSON: written as they are, unsealed
+            text = json.dumps(body, allow_nan=True)
+        (folder / name).write_text(text)
+        if relink:
+            _, meta = read_sealed_json((folder / "meta.json").read_text())
+            (folder / "meta.json").write_text(sealed_json({**meta, "index_sha256": _sha256(folder / name)}))
+
+    return apply
+
+
+def _rank_file(data: bytes) -> Callable[[Path], None]:
+    """rank-00000.safetensors replaced by `data`, its size and digest resealed into index.json and meta.json."""
+    import hashlib
+
+    from hetrl_cli.runtime.rundir import read_sealed_json
+
+    def apply(root: Path) -> None:
+        folder = root / STEP_DIR
+        (folder / "rank-00000.safetensors").write_bytes(data)
+        _, index = read_sealed_json((folder / "index.json").read_text())
+        index["files"]["rank-00000.safetensors"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+        _resealed("index.json", index, relink=True)(root)
+
+    return apply
+
+
+def safetensors_variants(raw: bytes, rng: random.Random) -> list[tuple[str, bytes]]:
+    """A safetensors file damaged: truncated, garbage, and its JSON header lying about sizes and offsets."""
+    import struct
+
+    size = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8 : 8 + size])
+    first = next(k for k in header if k != "__metadata__")
+
+    def with_header(change: dict) -> bytes:
+        text = json.dumps({**header, first: {**header[first], **change}}).encode()
+        return struct.pack("<Q", len(text)) + text + raw[8 + size :]
+
+    return [
+        ("empty", b""),
+        ("7 bytes", raw[:7]),
+        ("truncated in the header", raw[: 8 + size // 2]),
+        ("truncated in the data", raw[: 8 + size + 10]),
+        ("binary garbage", bytes(rng.randrange(256) for _ in range(4096))),
+        ("a header length of 2**63", struct.pack("<Q", 2**63) + raw[8:]),
+        ("a header length past the file", struct.pack("<Q", len(raw)) + raw[8:]),
+        ("a header that is not JSON", struct.pack("<Q", size) + b"{" * size + raw[8 + size :]),
+        ("offsets past the data", with_header({"data_offsets": [0, 2**40]})),
+        ("offsets backwards", with_header({"data_offsets": [8, 0]})),
+        ("a shape of 2**40", with_header({"shape": [2**20, 2**20]})),
+        ("a negative shape", with_header({"shape": [-1]})),
+        ("an unknown dtype", with_header({"dtype": "Q99"})),
+    ]
+
+
+def checkpoint_variants(root: Path, rng: random.Random, canary: Path) -> list[RunVariant]:
+    from hetrl_cli.runtime.rundir import read_sealed_json
+    from test_bad_inputs_fuzz import tree_variants
+
+    folder = root / STEP_DIR
+    _, meta = read_sealed_json((folder / "meta.json").read_text())
+    _, index = read_sealed_json((folder / "index.json").read_text())
+    out = [RunVariant(f"meta.json [{label}]", _resealed("meta.json", body, False)) for label, body in
+           tree_variants(meta, canary)]  # fmt: skip
+    out += [RunVariant(f"index.json [{label}]", _resealed("index.json", body, True)) for label, body in
+            tree_variants(index, canary)]  # fmt: skip
+    for name, doc in (("meta.json", meta), ("index.json", index)):
+        raw = json.dumps(doc).encode()
+        out += [
+            RunVariant(f"{name} [{v.label}]", _write(f"{STEP_DIR}/{name}", v.data)) for v in text_variants(raw, rng)
+        ]
+        out += structural_variants(f"{STEP_DIR}/{name}", root.parent / "outside.json")
+    latest = [(f"latest [{text!r}]", text) for text in ("", "step-000004x", "../../plan.json", "step-" + "9" * 500,
+                                                        "/etc", "step-000004\nstep-000003", "\x00")]  # fmt: skip
+    out += [RunVariant(label, _write("checkpoints/latest", text.encode())) for label, text in latest]
+    out += structural_variants("checkpoints/latest", root.parent / "outside.json")
+    raw = (folder / "rank-00000.safetensors").read_bytes()
+    out += [RunVariant(f"rank file [{label}]", _rank_file(data)) for label, data in safetensors_variants(raw, rng)]
+    out += structural_variants(f"{STEP_DIR}/rank-00000.safetensors", root.parent / "outside.json")
+    return out
+
+
+def resume_or_refuse(root: Path) -> object:
+    """`run --resume`'s check of the checkpoint, its CheckpointError (exit 1) taken as the one-line refusal."""
+    from hetrl_cli.artifacts.io import load_artifact
+    from hetrl_cli.artifacts.plan import Plan
+    from hetrl_cli.errors import BadInput
+    from hetrl_cli.runtime.checkpoint import CheckpointError, resume_point
+
+    try:
+        return resume_point(load_artifact(root / "plan.json", Plan), root)
+    except CheckpointError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def sweep_checkpoint(variants: list[RunVariant], root: Path, workspace: Path, cli_runs: int | None, seed: int) -> None:
+    """Every variant through `--resume`'s check; a seeded sample of the wrong kinds of file and of the rest
+    through `hetrl export` (`cli_runs` of each; None: all)."""
+    rng = random.Random(seed)
+    folder = workspace / f"ckpt-{seed}"
+    folder.mkdir()
+    chosen = {id(v) for v in sample([v for v in variants if not v.always], cli_runs, rng)}
+    chosen |= {id(v) for v in sample([v for v in variants if v.always], cli_runs, rng)}
+    problems: list[str] = []
+    for number, variant in enumerate(variants):
+        run = folder / f"r{number}" / "fuzz"
+        shutil.copytree(root, run, symlinks=True)
+        variant.apply(run)
+        problem, _ = check_library(f"{variant.label} (--resume check)", str(run), lambda r=run: resume_or_refuse(r))
+        problems.append(problem or "")
+        if id(variant) in chosen:
+            out = run.parent / "out"
+            out.mkdir()
+            args = ["export", str(run), "--hf", str(out / "hf")]
+            label = f"{variant.label} (hetrl export)"
+            started = time.perf_counter()
+            outcome = run_cli(args)
+            if time.perf_counter() - started > 5:
+                problems.append(f"{label}: took {time.perf_counter() - started:.1f} s")
+            if outcome.code != 0 or outcome.crash:
+                problems.append(check_refusal(label, outcome, str(run)) or "")
+                if any(out.iterdir()):
+                    problems.append(f"{label}: refused but left {sorted(p.name for p in out.iterdir())} behind")
+        shutil.rmtree(run.parent)
+    report("checkpoint", len(variants), [p for p in problems if p])
+
+
+FAST_CHECKPOINT_EXPORTS = 6
+"""Checkpoint variants the fast set exports through the CLI (about 0.3 s each), and as many wrong kinds of file."""
+
+
+def test_checkpoint_variants_are_exported_or_refused_in_one_line(
+    checkpointed: Path,
+    workspace: Path,
+    canary: Path,
+    no_ssh: None,
+) -> None:
+    every = checkpoint_variants(checkpointed, random.Random(SEED), canary)
+    chosen = [v for v in every if v.always] + sample([v for v in every if not v.always], 100, random.Random(SEED))
+    sweep_checkpoint(chosen, checkpointed, workspace, FAST_CHECKPOINT_EXPORTS, SEED)
+
+
+@pytest.mark.slow
+def test_slow_sweep_of_checkpoint_variants(checkpointed: Path, workspace: Path, canary: Path, no_ssh: None) -> None:
+    every = checkpoint_variants(checkpointed, random.Random(SEED + 1), canary)
+    sweep_checkpoint(every, checkpointed, workspace, 60, SEED + 1)

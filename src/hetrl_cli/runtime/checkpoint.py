@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetrl_cli.errors import BadInput, HetrlError
+from hetrl_cli.errors import BadInput, HetrlError, one_line
 from hetrl_cli.runtime.rundir import RunDir, now_iso, read_sealed_json, sealed_json
 
 if TYPE_CHECKING:
@@ -479,12 +479,33 @@ def identity_mismatch(saved: dict[str, Any], workload: Workload) -> str | None:
 # --- reading --------------------------------------------------------------------------------------------
 
 
+def _dims(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**48
+                                           for n in value)  # fmt: skip
+
+
+def _check_tensors(index: dict[str, Any], where: Path) -> None:
+    """The shape of an index's `tensors` and `values` (a resealed index can hold anything): CheckpointError naming
+    the first entry that is not {shape, dtype, pieces: [{file, key, offsets, shape}]} of lists of sizes."""
+    tensors, values = index.get("tensors", {}), index.get("values", {})
+    if not isinstance(tensors, dict) or not isinstance(values, dict):
+        raise CheckpointError(f"{where}: 'tensors' and 'values' must be objects; the checkpoint is corrupt")
+    for key, entry in tensors.items():
+        pieces = entry.get("pieces") if isinstance(entry, dict) else None
+        if not (isinstance(pieces, list) and _dims(entry.get("shape")) and all(
+                isinstance(p, dict) and isinstance(p.get("file"), str) and isinstance(p.get("key"), str)
+                and _dims(p.get("offsets")) and _dims(p.get("shape")) for p in pieces)):  # fmt: skip
+            raise CheckpointError(f"{where}: tensor {one_line(key, 80)} is not described as hetrl writes it; "
+                                  "the checkpoint is corrupt")  # fmt: skip
+
+
 class Reader:
     """Reads regions of canonical tensors from a checkpoint's files (safetensors, slices only)."""
 
     def __init__(self, path: Path, index: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
         self.index = index if index is not None else read_json_file(self.path / INDEX)
+        _check_tensors(self.index, self.path / INDEX)
         self.tensors: dict[str, Any] = self.index.get("tensors", {})
         self.values: dict[str, Any] = self.index.get("values", {})
         self.files = _files(self.index, self.path)

@@ -68,7 +68,7 @@ def export_run(
     """Write `role` of the newest complete checkpoint of `run_dir` (or of `step`) to `out_dir` as an HF model
     directory, in the workload's precision or `dtype`. Bad input (not a run directory, no such checkpoint or
     role, `out_dir` not empty) raises BadInput before anything is written."""
-    from hetrl_cli.runtime.checkpoint import read_full_role
+    from hetrl_cli.runtime.checkpoint import CheckpointError, read_full_role
 
     run = _run_dir(run_dir)
     workload = _workload(run)
@@ -82,7 +82,10 @@ def export_run(
     target = _free_target(Path(out_dir))
     ckpt_step, ckpt = find_checkpoint(run, step)
     _quiet_transformers()
-    weights = read_full_role(ckpt, role)
+    try:
+        weights = read_full_role(ckpt, role)
+    except CheckpointError as exc:  # a corrupt checkpoint given to export is bad input: one line, exit 2
+        raise BadInput(str(exc)) from None
     precision = dtype or workload.precision
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
