@@ -19,10 +19,13 @@ Gloo on CPU, NCCL on GPU (with gloo for object collectives).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import os
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -61,14 +64,41 @@ def init_world(backend: str, timeout_s: float) -> None:
 
 
 def leave_world() -> None:
-    """After a finished run every rank meets before any closes its groups: a rank whose peer exits or closes its
-    gloo pairs while it still works or closes its own aborts (SIGABRT, "terminate called without an active
-    exception"), which turned a completed run into a failed one."""
+    """After a finished run every rank meets before any closes its groups, so no rank exits while a peer is still
+    in a collective with it. The process must then end through `exit_process`: the groups' gloo threads outlive
+    destroy_process_group and abort a normal interpreter teardown."""
     import torch.distributed as dist
 
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+def exit_process(code: int) -> NoReturn:
+    """End a worker process without Python's interpreter teardown, which gloo cannot survive.
+
+    destroy_process_group stops nothing: each gloo group's threads live on until its last reference goes, and
+    a thread drops a finished collective's tensors after the caller's wait() returned. A tensor whose Python
+    object died meanwhile needs the GIL to be freed; once the interpreter is finalizing, taking the GIL ends
+    the thread with pthread_exit, whose unwinding meets a noexcept destructor: std::terminate ("terminate
+    called without an active exception"), SIGABRT after the rank wrote `done` (core backtrace:
+    ProcessGroupGloo::runLoop -> ~AsyncWork -> TensorImpl::decref_pyobject -> take_gil -> PyThread_exit_thread;
+    bench/gloo_exit_race.py reproduces it). So everything a normal exit does for the program runs here, with
+    the interpreter intact (non-daemon threads joined, atexit handlers: vLLM's engine shutdown, logging; the
+    streams flushed), then the process ends at once with `code`."""
+    import atexit
+    import threading
+
+    try:
+        shutdown = getattr(threading, "_shutdown", None)  # what Py_Finalize runs first: join non-daemon threads
+        if shutdown is not None:
+            shutdown()
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
 
 
 def make_groups(specs: dict[str, list[int]], timeout_s: float) -> Groups:

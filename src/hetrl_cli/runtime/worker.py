@@ -704,4 +704,4 @@ def _shutdown() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    comm.exit_process(main())  # not sys.exit: Python's teardown races gloo's threads (comm.exit_process)
