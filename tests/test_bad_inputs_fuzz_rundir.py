@@ -604,3 +604,104 @@ def test_checkpoint_variants_are_exported_or_refused_in_one_line(
 def test_slow_sweep_of_checkpoint_variants(checkpointed: Path, workspace: Path, canary: Path, no_ssh: None) -> None:
     every = checkpoint_variants(checkpointed, random.Random(SEED + 1), canary)
     sweep_checkpoint(every, checkpointed, workspace, 60, SEED + 1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# `--ssh-config FILE` (profile, run): the library for every variant, `hetrl profile` for the refused ones
+
+SSH_CONFIG = """Host node-a
+  HostName 127.0.0.1
+  User alice
+  Port 2222
+  IdentityFile ~/.ssh/id_fuzz
+Host node-b
+  ProxyJump node-a
+Host *
+  ServerAliveInterval 30
+"""
+
+
+def ssh_config_variants(canary: Path, rng: random.Random) -> list:
+    """Each option's value swapped for hostile strings and absurd numbers, Include and Match tricks, the text."""
+    from test_bad_inputs_fuzz import Variant, _hostile_strings
+
+    lines = SSH_CONFIG.splitlines()
+    values = [*_hostile_strings(canary), "0", "65536", "-1", "²", "1e308", "99999999999999999999", "%h%h%h%h", "%"]
+    out = []
+    for i, line in enumerate(lines):
+        keyword = line.split()[0]
+        for value in values:
+            text = "\n".join([*lines[:i], f"{'  ' if line.startswith(' ') else ''}{keyword} {value}", *lines[i + 1 :]])
+            out.append(Variant(f"line {i + 1} {keyword} {value[:30]!r}", (text + "\n").encode()))
+    tricks = {
+        "Include /dev/zero": "Include /dev/zero\n",
+        "Include itself": "Include {self}\n",
+        "Include a glob of everything": "Include /etc/*\n",
+        "Match exec": f'Match exec "touch {canary}"\n  User x\n',
+        "ProxyCommand": f"Host node-a\n  ProxyCommand touch {canary}\n",
+        "a ProxyJump loop": "Host node-a\n  ProxyJump node-b\nHost node-b\n  ProxyJump node-a\n",
+        "a ProxyJump chain of 100": "".join(f"Host h{i}\n  ProxyJump h{i + 1}\n" for i in range(100)).replace(
+            "h0", "node-a"
+        ),
+        "a HostName of 5,000 characters": "Host node-a\n  HostName " + "a" * 5000 + "\n",
+        "a Host line of 100,000 patterns": "Host " + " ".join(f"n{i}" for i in range(100_000)) + "\n  User x\n",
+    }
+    out += [Variant(label, (text + SSH_CONFIG).encode()) for label, text in tricks.items()]
+    return out + text_variants(SSH_CONFIG.encode(), rng)
+
+
+def resolve_hosts(path: Path, hosts: Path) -> object:
+    from hetrl_cli.artifacts.hosts import load_hosts
+    from hetrl_cli.remote.sshconfig import SshConfig
+
+    config = SshConfig.load(path)
+    return [config.resolve(entry) for entry in load_hosts(hosts)]
+
+
+def sweep_ssh_config(workspace: Path, cli_runs: int | None, seed: int, canary: Path) -> None:
+    from test_bad_inputs_fuzz import leftovers
+
+    rng = random.Random(seed)
+    folder = workspace / f"ssh-config-{seed}"
+    folder.mkdir()
+    hosts, path, out = folder / "hosts.txt", folder / "config", folder / "out"
+    hosts.write_text(LINK_HOSTS)
+    problems: list[str] = []
+    refused = []
+    variants = ssh_config_variants(canary, random.Random(seed))
+    for variant in variants:
+        path.write_bytes(variant.data.replace(b"{self}", str(path).encode()))
+        problem, loaded = check_library(f"ssh config [{variant.label}] (library)", "ssh config",
+                                        lambda: resolve_hosts(path, hosts))  # fmt: skip
+        problems.append(problem or "")
+        if loaded is None:
+            refused.append(variant)
+    for make in structural_variants("config", workspace / "small.json"):
+        make.apply(folder)
+        problem, _ = check_library(
+            f"ssh config [{make.label}] (library)", "ssh config", lambda: resolve_hosts(path, hosts)
+        )
+        problems.append(problem or "")
+    path.unlink(missing_ok=True)
+    for variant in sample(refused, cli_runs, rng):
+        path.write_bytes(variant.data.replace(b"{self}", str(path).encode()))
+        out.mkdir(exist_ok=True)
+        args = ["profile", str(hosts), "--ssh-config", str(path), "-o", str(out / "p.json")]
+        label = f"ssh config [{variant.label}] (hetrl profile)"
+        problems.append(check_refusal(label, run_cli(args), "ssh config") or "")  # or an Include of it
+        if stray := leftovers(out, set()):
+            problems.append(f"{label}: left {stray} behind")
+    report("ssh config", len(variants), [p for p in problems if p])
+
+
+def test_ssh_config_variants_are_refused_in_one_line_before_any_ssh(
+    workspace: Path,
+    canary: Path,
+    no_ssh: None,
+) -> None:
+    sweep_ssh_config(workspace, 20, SEED, canary)
+
+
+@pytest.mark.slow
+def test_slow_sweep_of_ssh_config_variants(workspace: Path, canary: Path, no_ssh: None) -> None:
+    sweep_ssh_config(workspace, None, SEED + 1, canary)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hetrl_cli.artifacts.hosts import DEFAULT_SSH_PORT, HostEntry, check_host_label, parse_host_line
-from hetrl_cli.errors import BadInput
+from hetrl_cli.errors import BadInput, one_line
 
 DEFAULT_PATH = Path("~/.ssh/config")
 MAX_HOPS = 8
@@ -106,11 +106,15 @@ class SshConfig:
     def from_text(cls, text: str, path: str) -> SshConfig:
         from paramiko.ssh_exception import ConfigParseError
 
+        lines = text.splitlines()
+        long = next((n for n, line in enumerate(lines, start=1) if len(line) > MAX_LINE_CHARS), None)
+        if long is not None:  # paramiko matches a Host line's patterns in quadratic time
+            raise BadInput(f"ssh config {path}:{long}: a line longer than {MAX_LINE_CHARS:,} characters; {HOW_TO_SKIP}")
         try:
             parsed = _config_class()()
-            parsed.parse(text.splitlines())
+            parsed.parse(lines)
         except (ConfigParseError, ValueError) as exc:
-            raise BadInput(f"ssh config {path}: {exc}: fix the line, or {HOW_TO_SKIP}") from None
+            raise BadInput(f"ssh config {path}: {one_line(str(exc), 200)}: fix the line, or {HOW_TO_SKIP}") from None
         return cls(parsed, path)
 
     def resolve(self, entry: HostEntry) -> SshTarget:
@@ -139,7 +143,7 @@ class SshConfig:
         try:
             options = dict(self.parsed.lookup(host))
         except _RefusedExec as exc:
-            raise BadInput(f"ssh config {self.path}: {exc}") from None
+            raise BadInput(f"ssh config {self.path}: {one_line(str(exc), 300)}") from None
         if options.get("proxycommand"):
             raise BadInput(
                 f"ssh config {self.path}: ProxyCommand applies to {host}, and hetrl does not run commands from "
@@ -162,14 +166,15 @@ class SshConfig:
         try:
             check_host_label(hostname)
         except ValueError as exc:
-            raise BadInput(f"ssh config {self.path}: HostName for {name}: {exc}") from None
+            raise BadInput(f"ssh config {self.path}: HostName for {name}: {one_line(str(exc), 200)}") from None
         user = user or options.get("user") or getpass.getuser()
         if not _USER.match(user):
-            raise BadInput(f"ssh config {self.path}: User {user!r} for {name}: use letters, digits, '.', '_' or '-'")
+            shown = one_line(repr(user), 80)
+            raise BadInput(f"ssh config {self.path}: User {shown} for {name}: use letters, digits, '.', '_' or '-'")
         only = bool(identities)
         if not identities and options.get("identityfile"):
             files = [os.path.expanduser(f) for f in options["identityfile"]]
-            identities = tuple(f for f in files if Path(f).is_file())  # ssh skips missing ones too
+            identities = tuple(f for f in files if _is_file(f))  # ssh skips missing ones too
             identity_from = f"IdentityFile in {self.path}"
             only = str(options.get("identitiesonly", "no")).lower() == "yes"
         return SshTarget(
@@ -185,8 +190,9 @@ class SshConfig:
 
     def _port(self, name: str, options: dict[str, Any]) -> int:
         text = str(options.get("port", DEFAULT_SSH_PORT))
-        if not text.isdigit() or not 1 <= int(text) <= 65535:
-            raise BadInput(f"ssh config {self.path}: Port {text!r} for {name}: expected a number from 1 to 65535")
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+            shown = one_line(repr(text), 40)
+            raise BadInput(f"ssh config {self.path}: Port {shown} for {name}: expected a number from 1 to 65535")
         return int(text)
 
     def _jumps(self, name: str, options: dict[str, Any], depth: int) -> SshTarget | None:
@@ -226,20 +232,41 @@ class SshConfig:
         where = f"ssh config {self.path}: ProxyJump of {name}"
         text = spec.removeprefix("ssh://")
         if not text or any(c.isspace() or c in "#=" for c in text):
-            raise BadInput(f"{where}: bad hop {spec!r}: expected [user@]host[:port]")
+            raise BadInput(f"{where}: bad hop {one_line(repr(spec), 80)}: expected [user@]host[:port]")
         entry = parse_host_line(text, where)
         assert entry is not None  # non-empty, no comment
         return entry
 
 
+MAX_LINE_CHARS = 16 * 2**10
+"""Longer lines are refused: paramiko's lookup takes seconds on a Host line of 10,000 patterns, minutes at 100,000."""
+MAX_CONFIG_CHARS = 16 * 2**20
+"""An ssh config (with its Includes, each) larger than an artifact may be is refused unread, so a link to /dev/zero
+cannot fill memory."""
+
+
+def _is_file(path: str) -> bool:
+    """An IdentityFile that exists (a name too long for the filesystem does not)."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False
+
+
 def _read(file: Path, explicit: bool) -> str:
     shown = str(file) if explicit else str(DEFAULT_PATH)
     try:
-        return file.read_text(encoding="utf-8")
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO nobody writes to reads as empty, never waits
+        os.set_blocking(fd, True)
+        with open(fd, encoding="utf-8") as fh:
+            text = fh.read(MAX_CONFIG_CHARS + 1)
     except UnicodeDecodeError:
         raise BadInput(f"ssh config {shown} is not UTF-8 text: {HOW_TO_SKIP}") from None
     except OSError as exc:
         raise BadInput(f"cannot read ssh config {shown}: {exc.strerror or exc}: {HOW_TO_SKIP}") from None
+    if len(text) > MAX_CONFIG_CHARS:
+        raise BadInput(f"ssh config {shown} is larger than {MAX_CONFIG_CHARS // 2**20} MiB: {HOW_TO_SKIP}")
+    return text
 
 
 def _inline_includes(text: str, file: Path, depth: int) -> str:
