@@ -1,11 +1,16 @@
 """The screen's first plans before its union tables (issue 24, item 2: the hybrid at 2 s on a loaded box). Under
-seconds alone the whole-class plans best under two estimates from the single classes are scored before the
-2^k − 1 union tables; under --max-evals nothing changes (the same evaluations, so the same plans)."""
+seconds alone, where the union tables would not come in time, whole-class plans under an estimate from the single
+classes are scored before the 2^k − 1 union tables; under --max-evals, or with the CPU for the tables, nothing
+changes (the same evaluations, so the same plans)."""
 
 from __future__ import annotations
 
 import math
+import os
 
+import pytest
+
+import hetrl_cli.planner.screen as screen_module
 from hetrl_cli.costmodel.model import CostModel
 from hetrl_cli.planner.hybrid import Hybrid
 from hetrl_cli.planner.screen import Screen
@@ -53,17 +58,38 @@ def _tabulated_at_first_score(screen: Screen) -> int:
     return seen[0]
 
 
-def test_under_seconds_the_first_plan_comes_before_the_union_tables():
+@pytest.fixture
+def starved(monkeypatch):
+    """A box where the union tables would not come in time."""
+    monkeypatch.setattr(screen_module, "_starved", lambda budget, tables_cpu: True)
+
+
+def test_starved_weighs_the_tables_against_the_seconds_left_and_the_load(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    assert not screen_module._starved(Budget(2.0), 0.5)
+    assert screen_module._starved(Budget(2.0), 2.5)
+    monkeypatch.setattr(os, "getloadavg", lambda: (8.0 * cores, 0.0, 0.0))  # 1/8 of a core
+    assert screen_module._starved(Budget(2.0), 0.5)
+    assert not screen_module._starved(Budget(None, None), 1e9)
+
+
+def test_with_the_cpu_for_the_tables_the_union_tables_come_first_as_before():
+    screen = _three_classes(Budget(None, None))
+    assert _tabulated_at_first_score(screen) >= 7
+
+
+def test_under_seconds_the_first_plan_comes_before_the_union_tables(starved):
     screen = _three_classes(Budget(None, None))
     assert _tabulated_at_first_score(screen) == 3  # each class alone, none of the 4 unions of two or more
 
 
-def test_under_max_evals_the_union_tables_come_first_as_before():
+def test_under_max_evals_the_union_tables_come_first_as_before(starved):
     screen = _three_classes(Budget(None, 256))
     assert _tabulated_at_first_score(screen) >= 7  # every union of whole classes (then the classes' parts)
 
 
-def test_the_estimates_are_dropped_and_the_ratios_are_the_real_proxies():
+def test_the_estimates_are_dropped_and_the_ratios_are_the_real_proxies(starved):
     screen = _three_classes(Budget(None, None))
     screen.run()
     fresh = _three_classes(Budget(None, None))
@@ -78,7 +104,7 @@ def test_the_estimates_are_dropped_and_the_ratios_are_the_real_proxies():
             assert math.isclose(ratio, sum(screen.exact[(subset, row)]) / sum(proxy), rel_tol=1e-12)
 
 
-def test_u12_keeps_the_optimum_when_the_union_tables_never_come(u12, monkeypatch):  # noqa: F811
+def test_u12_keeps_the_optimum_when_the_union_tables_never_come(u12, monkeypatch, starved):  # noqa: F811
     """u12's optimum (19.67 s/it, the ILP's, on 11 of 48 GPUs) is a whole-class plan the screen scored only after
     its 63 union tables (0.46 CPU s; a 2 s run at load 8 gets ~0.5 in all and kept the baseline's 26.7). With the
     tables cut off (as a spent budget does), the quick plans still hold it."""
@@ -101,7 +127,7 @@ def test_the_unpriced_search_is_a_lower_bound_of_the_priced_one():
             assert unpriced[0][0] <= priced[0][0] * (1 + 1e-12)
 
 
-def test_quick_plans_alone_are_marked_so_the_search_does_not_rank_by_them(u12, monkeypatch):  # noqa: F811
+def test_quick_plans_alone_are_marked_so_the_search_does_not_rank_by_them(u12, monkeypatch, starved):  # noqa: F811
     """Where the tables never came, nothing ranked the groupings: the hybrid's first cycle then grows every
     grouping's constructive split, as it does with no screen (ranked as screened, it would grow only the few
     quick-scored groupings and the next ones by index)."""

@@ -29,6 +29,8 @@ import functools
 import heapq
 import itertools
 import math
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -464,14 +466,19 @@ class Screen:
         plans made exact and scored in increasing value until one fits or QUICK_PLANS were tried. The estimate
         is no bound and is dropped afterwards (with the ratios measured against it: `_rerate`); the scores are
         the search's own, so a loaded box's short run keeps the best of them. The entries made exact (what
-        `_rerate` rates again)."""
+        `_rerate` rates again). Only where the union tables would not come in time (`_starved`): otherwise the
+        tables and the whole-class plans follow as without it (where they come, the quick plans only cost CPU:
+        a loaded box's u04 and u23 scored worse within 10 s with them)."""
         tasks = self.tables.tasks
+        cpu = time.process_time()
         for c in range(self.k):
             if self.budget.spent():
                 return []
             devices = self._union(1 << c)
             for task in tasks:
                 self.fastest[(task, 1 << c)] = self._fastest_alone(task, devices)
+        if not _starved(self.budget, (time.process_time() - cpu) / self.k * (2**self.k - 1 - self.k)):
+            return []
         real, before = self.fastest, set(self.exact)
         self.fastest = dict(real)
         for mask in (m for m in range(1, 2**self.k) if m & (m - 1)):
@@ -551,6 +558,15 @@ class Screen:
                 fits = math.isfinite(scored[0].score) if scored else False
                 out[gi] = Screened(scored[0].score if fits else min(keys), scored, bounded)
         return out
+
+
+def _starved(budget: Budget, tables_cpu: float) -> bool:
+    """Whether the CPU this process can expect before `budget`'s deadline (its seconds left times the share of
+    the cores the load average leaves it) is short of `tables_cpu`, the union tables' CPU seconds estimated from
+    the single classes' (per device set alike)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    share = min(1.0, cores / max(1.0, os.getloadavg()[0]))
+    return budget.remaining_s() * share < tables_cpu
 
 
 def _mask(row: Row) -> int:
