@@ -110,7 +110,7 @@ def test_each_tasks_pool_bound_is_below_its_time_in_every_group_option(arch):
                 bound = table.phases((task,), p)
                 assert sum(bound) <= seconds * (1 + 1e-9), (subset, task, table.pools[p])
                 checked += 1
-                raised += sum(bound) > table.task(task)[p] * 1.01  # the layout alone lifted the floor
+                raised += sum(bound) > table.floor(task, p) * 1.01  # the layout alone lifted the floor
             assert all(b <= s * (1 + 1e-9) for b, s in zip(table.phases(subset, p), option.phase_s, strict=True))
     assert checked > 30 and raised > 10, (checked, raised)
 
@@ -128,14 +128,14 @@ def test_the_lazy_ilp_proves_the_full_ilps_optimum(uneven_optimum):
 
 @pytest.mark.slow
 def test_past_150_pools_the_exact_leaves_raise_the_lazy_bound(monkeypatch):
-    """The wide cluster (255 whole-host pools, PPO 8B) at 30 s: the exact leaves raise the bound above the
-    relaxation's alone (both below every plan)."""
+    """The wide cluster (255 whole-host pools, PPO 8B) at 60 s: the exact leaves raise the bound above the
+    relaxation's alone (both below every plan); measured 44.7 -> 142.9 against a 185.9 s/it plan."""
     wide = cluster("wide", WIDE)
-    after = make_plan(wide, ppo_8b(), solver="ilp", budget_s=30, max_evals=32, seed=0).solver
+    after = make_plan(wide, ppo_8b(), solver="ilp", budget_s=60, max_evals=32, seed=0).solver
     assert "exact leaves solved" in after.note, after.note
     monkeypatch.setattr(branch_module, "MIN_LEAF_S", math.inf)  # no leaf: the relaxation's bound alone
-    before = make_plan(wide, ppo_8b(), solver="ilp", budget_s=30, max_evals=32, seed=0).solver
-    assert before.bound < after.bound * 0.95 and after.bound <= min(after.objective, before.objective) * (1 + 1e-9)
+    before = make_plan(wide, ppo_8b(), solver="ilp", budget_s=60, max_evals=32, seed=0).solver
+    assert before.bound * 1.05 < after.bound <= min(after.objective, before.objective) * (1 + 1e-9)
 
 
 def test_a_leaf_that_runs_out_of_time_keeps_the_bound_valid(uneven_optimum):

@@ -32,7 +32,7 @@ from hetrl_cli.artifacts.rl import PHASES, TaskName
 from hetrl_cli.costmodel.compose import iteration_s, overlaps, span
 from hetrl_cli.planner.ilp import IlpModel, IlpResult, IlpSpace, _fill_pairs
 from hetrl_cli.planner.search import Subset
-from hetrl_cli.planner.space import Pool, allocate, enumerate_pools
+from hetrl_cli.planner.space import Pool, allocate, count_pools, enumerate_pools
 from hetrl_cli.planner.tables import PHASE_OF, Tables
 
 Phases = tuple[float, ...]
@@ -40,10 +40,14 @@ MATE_TIMED = frozenset({"generation", "critic_inference"})
 """Tasks whose time depends on their group mates (generation's KV capacity and weight staging; critic inference
 on critic_train's weights, `costmodel.tasks.class_inputs`): a mate may make them faster than alone (measured:
 generation 20.753 s beside reference and reward, 20.760 alone, same layout), so their bound is the floor."""
-MAX_LEAF_PAIRS = 50_000
-"""A leaf whose surviving pools make more (group, group) pool pairs than this is left open (the MILP's pair
-tables, one cost-model call a pair, would overrun the budget: u02 of the uneven suite, 161 pools, stays
-under)."""
+MAX_LEAF_PAIRS = 5_000_000
+"""A leaf whose surviving pools make more (group, group) pool products than this is left open (the MILP's pair
+tables, one cost-model call a compatible pair of the roles that exchange data, would overrun the budget). The
+tables hold far fewer: on u21 of the uneven suite's seed 1 a leaf of 458, 550, 571 and 4 pools (1.3 million
+products) made 11 887 pair entries in 0.87 s; on u15 (seed 0) 53 000 products made 200 entries in 0.03 s."""
+MAX_POOLS = 50_000
+"""Past this many whole-host pools no leaf is tried (the pools' floors alone take seconds per 10^4; the uneven
+suite has up to 39 365, a 32-host cluster of 16 kinds 43 million)."""
 MIN_LEAF_S = 0.5
 """A leaf is started only with more than this many seconds left."""
 
@@ -72,7 +76,7 @@ class FloorTable:
         self.pools: list[Pool] = enumerate_pools(tables.classes, "host")
         self.counts = [[w * c.per_host for c, (w, _) in zip(tables.classes, p, strict=True)] for p in self.pools]
         self.depths = max(tables.depths, DEPTHS)
-        self._task: dict[TaskName, list[float]] = {}
+        self._task: dict[TaskName, dict[int, float]] = {}
         self._devices: dict[int, tuple[str, ...]] = {}
         self._alone: dict[TaskName, dict[int, float]] = {}
 
@@ -82,11 +86,12 @@ class FloorTable:
             self._devices[p] = allocate(self.tables.classes, [self.pools[p]])[0]
         return self._devices[p]
 
-    def task(self, name: TaskName) -> list[float]:
-        if name not in self._task:
-            floor = self.floors[name]
-            self._task[name] = [floor.value(n) for n in self.counts]
-        return self._task[name]
+    def floor(self, name: TaskName, p: int) -> float:
+        """The task's floor on pool p (computed when first asked: past 10^4 pools all at once take seconds)."""
+        known = self._task.setdefault(name, {})
+        if p not in known:
+            known[p] = self.floors[name].value(self.counts[p])
+        return known[p]
 
     def bounded(self, subset: Subset, p: int) -> bool:
         return all(p in self._alone.get(t, ()) for t in subset)
@@ -96,7 +101,7 @@ class FloorTable:
         often drops out after one: the rest are then not scored)."""
         todo = [t for t in subset if p not in self._alone.get(t, ())]
         if todo:
-            self.bound_alone((max(todo, key=lambda t: self.task(t)[p]),), p)
+            self.bound_alone((max(todo, key=lambda t: self.floor(t, p)),), p)
 
     def bound_alone(self, subset: Subset, p: int) -> None:
         """Each task's fastest layout alone on pool p: in any group a task runs one of these layouts
@@ -110,17 +115,17 @@ class FloorTable:
             if p in known:
                 continue
             if t in MATE_TIMED:  # the floor (its layouts alone would only say whether it fits: not worth them)
-                known[p] = self.task(t)[p]
+                known[p] = self.floor(t, p)
                 continue
             fitting = self.tables.alone(t, self.devices(p), self.depths)
-            known[p] = max(self.task(t)[p], fitting[0][0]) if fitting else math.inf
+            known[p] = max(self.floor(t, p), fitting[0][0]) if fitting else math.inf
 
     def phases(self, subset: Subset, p: int) -> Phases:
         """The group's lower bound per phase on pool p (its tasks' bounds summed per phase)."""
         out = [0.0] * len(PHASES)
         for t in subset:
             alone = self._alone.get(t, {}).get(p)
-            out[PHASE_OF[t]] += self.task(t)[p] if alone is None else alone
+            out[PHASE_OF[t]] += self.floor(t, p) if alone is None else alone
         return tuple(out)
 
 
@@ -144,8 +149,9 @@ class _Leaf:
         vals = [self.value(j, p) for p in self.alive[j]]
         return tuple(min(v[i] for v in vals) for i in range(len(PHASES))) if vals else (math.inf,) * len(PHASES)
 
-    def survivors(self) -> None:
-        """Drop the pools no plan below `cut` can use, until no group's least rises (module docstring)."""
+    def survivors(self, deadline: float = math.inf) -> None:
+        """Drop the pools no plan below `cut` can use, until no group's least rises (module docstring) or the
+        `deadline` (stopping early keeps more pools: still every plan below `cut`)."""
         tables, grouping = self.table.tables, self.grouping
         if not self.alive:
             self.alive = [[p for p in range(len(self.table.pools)) if (j, p) not in self.scored]
@@ -154,9 +160,14 @@ class _Leaf:
         while changed:
             changed = False
             for j in range(len(grouping)):
+                if time.monotonic() >= deadline:
+                    return
                 others = [self.least(i) for i in range(len(grouping))]
                 keep = []
-                for p in self.alive[j]:
+                for k, p in enumerate(self.alive[j]):
+                    if k % 1024 == 1023 and time.monotonic() >= deadline:  # keep the rest: still valid
+                        keep += self.alive[j][k:]
+                        break
                     if (j, p) in self.scored and self.scored[(j, p)] is None:
                         continue
                     per_group = [*others[:j], self.value(j, p), *others[j + 1 :]]
@@ -183,7 +194,7 @@ class _Leaf:
                     continue
                 option = tables.group_option(subset, self.table.devices(p))
                 self.scored[(j, p)] = None if option is None else tuple(option.phase_s)
-            self.survivors()
+            self.survivors(deadline)
 
     def space(self) -> IlpSpace:
         """The leaf's space: its grouping, the surviving pools with their options (complete for plans < cut)."""
@@ -218,6 +229,9 @@ class Branched:
     """Groupings left with a relaxed bound below the incumbent (0: the incumbent is optimal)."""
     plan: IlpResult | None = None
     """The best plan a leaf found below the incumbent (exact under the cost model)."""
+    stopped: str = "done"
+    """Why the branching stopped: done (no grouping left below the plan), time, pairs (a leaf's pair tables
+    past MAX_LEAF_PAIRS), milp (a leaf's MILP ran out of time)."""
 
 
 def branch(
@@ -234,19 +248,22 @@ def branch(
     from hetrl_cli.planner.bound import sync_floor
 
     values = dict(relaxed)
+    if count_pools(tables.classes, "host") > MAX_POOLS:
+        deadline = -math.inf
     table: FloorTable | None = None
     best: IlpResult | None = None
-    cut, exact = incumbent, 0
+    cut, exact, stopped = incumbent, 0, "time"
     while time.monotonic() < deadline - MIN_LEAF_S:
         below = [g for g in values if values[g] < cut * (1 - 1e-9)]
         grouping = min(below, key=values.__getitem__, default=None)
         if grouping is None:
+            stopped = "done"
             break
         if progress:
             progress(f"ILP: exact leaf {' | '.join('+'.join(g) for g in grouping)}")
         table = table or FloorTable(tables)
         leaf = _Leaf(table, grouping, cut, sync_floor(tables, grouping))
-        leaf.survivors()
+        leaf.survivors(deadline)
         if not leaf.score(deadline):
             break
         if not any(leaf.alive[j] for j in range(len(grouping))) or not all(leaf.alive):
@@ -254,7 +271,10 @@ def branch(
             continue
         sizes = [len(a) for a in leaf.alive]
         left = deadline - time.monotonic()
-        if left <= MIN_LEAF_S or sum(a * b for a in sizes for b in sizes) - sum(a * a for a in sizes) > MAX_LEAF_PAIRS:
+        if left <= MIN_LEAF_S:
+            break
+        if sum(sizes) ** 2 - sum(a * a for a in sizes) > MAX_LEAF_PAIRS:
+            stopped = "pairs"
             break
         model = IlpModel(tables, leaf.space(), cutoff=cut)
         result = model.solve(left) if leaf_solver is None else leaf_solver(model, left)
@@ -266,7 +286,8 @@ def branch(
                 best, cut = result, result.objective
         else:  # the MILP's time ran out: its proven bound only
             values[grouping] = max(values[grouping], min(result.bound or 0.0, cut))
+            stopped = "milp"
             break
     bound = min(cut, min(values.values(), default=math.inf))
     open_below = sum(v < cut * (1 - 1e-9) for v in values.values())
-    return Branched(bound, exact, open_below, best)
+    return Branched(bound, exact, open_below, best, stopped)
