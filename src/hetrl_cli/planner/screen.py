@@ -79,6 +79,10 @@ on the uneven suite) and a 2 s run on a loaded box (load 8: ~0.5 CPU s) stopped 
 QUICK_GROUPINGS = 4
 """...of the best plans of this many groupings (a search with pair costs prices pairs of rows: all 203 groupings of
 a PPO workload searched so took the short run's whole CPU on u16; ranked first without them)."""
+STARVED = 3.0
+"""`_quick_plans` runs where the CPU left is short of the union tables' CPU, estimated as this many times the single
+classes' per device set (a union has more layouts than a class: CPU per device set of the unions over the single
+classes' 2.5x on u12, 3.6x u04, 2.6x u23, 2.4x u16, 3.2x paper multi-continent GRPO; one run each)."""
 
 
 @dataclass
@@ -477,7 +481,7 @@ class Screen:
             devices = self._union(1 << c)
             for task in tasks:
                 self.fastest[(task, 1 << c)] = self._fastest_alone(task, devices)
-        if not _starved(self.budget, (time.process_time() - cpu) / self.k * (2**self.k - 1 - self.k)):
+        if not _starved(self.budget, STARVED * (time.process_time() - cpu) / self.k * (2**self.k - 1 - self.k)):
             return []
         real, before = self.fastest, set(self.exact)
         self.fastest = dict(real)
