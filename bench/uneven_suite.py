@@ -381,6 +381,8 @@ def main() -> None:
         return
     rows = []
     for name, cluster, workload in settings(args.count, args.seed):
+        if args.only and name not in args.only:
+            continue
         if args.list:
             print(json.dumps({"name": name, "cluster": cluster, "workload": workload}))
             continue
