@@ -158,7 +158,7 @@ def template(workspace: Path) -> Path:
 
 def metrics_variants(template: Path, rng: random.Random, canary: Path, huge: bool) -> list[RunVariant]:
     """Whole-file damage, every field of the first and the last line, lines that disagree, and (`huge`) runs of
-    20,000 steps or 100,000 devices (seconds each to read: the slow set)."""
+    20,000 steps or 30,000 devices (seconds each to read: the slow set)."""
     from test_bad_inputs_fuzz import tree_variants
 
     raw = (template / "metrics.jsonl").read_bytes()
@@ -182,8 +182,8 @@ def metrics_variants(template: Path, rng: random.Random, canary: Path, huge: boo
         "a 400-digit number": first.replace('"response_tokens": 1000', '"response_tokens": 1' + "0" * 400, 1),
     }
     if huge:
-        odd["100,000 devices"] = json.dumps({**json.loads(first), "peak_memory_bytes": {
-            f"h{i}/0": {"generation": i} for i in range(100_000)}})  # fmt: skip
+        odd["30,000 devices"] = json.dumps({**json.loads(first), "peak_memory_bytes": {
+            f"h{i}/0": {"generation": i} for i in range(30_000)}})  # fmt: skip
         odd["20,000 steps"] = "\n".join(lines[0].replace('"step": 1', f'"step": {s}', 1) for s in range(1, 20_001))
         odd["a line of 8 MiB"] = first[:-1] + ', "pad": "' + "x" * (8 << 20) + '"}'
     out += [RunVariant(f"metrics.jsonl [{k}]", _write("metrics.jsonl", (v + "\n").encode())) for k, v in odd.items()]
@@ -253,6 +253,8 @@ def check_command(label: str, args: list[str], root: Path, out: Path) -> str | N
             return problem or (None if loaded is not None else f"{label}: wrote a calibration that does not load")
         return None
     problem = check_refusal(label, outcome, str(root))
+    if problem and args[0] == "calibrate":  # runs of several profiles: named by their run ids, as the fit knows them
+        problem = check_refusal(label, outcome, f"run {root.name} ")
     if problem is None and any(out.iterdir()):
         return f"{label}: refused but left {sorted(p.name for p in out.iterdir())} behind"
     return problem
@@ -705,3 +707,34 @@ def test_ssh_config_variants_are_refused_in_one_line_before_any_ssh(
 @pytest.mark.slow
 def test_slow_sweep_of_ssh_config_variants(workspace: Path, canary: Path, no_ssh: None) -> None:
     sweep_ssh_config(workspace, None, SEED + 1, canary)
+
+
+REGRESSIONS = (
+    "index.json [files.rank-00000.safetensors = 'text']",
+    "index.json [files.rank-00000.safetensors = []]",
+    "meta.json [binary garbage]",
+    "latest ['step-999",
+    "index.json [tensors.actor/model/model.norm.weight.pieces.0 = 7]",
+    "index.json [tensors.actor/model/model.norm.weight.shape = 2.5]",
+)
+"""Checkpoint variants the slow sweep found crashing (labels' beginnings), kept in the fast set."""
+
+
+def test_checkpoint_variants_the_slow_sweep_found_stay_refused_in_one_line(
+    checkpointed: Path,
+    workspace: Path,
+    canary: Path,
+    no_ssh: None,
+) -> None:
+    every = checkpoint_variants(checkpointed, random.Random(SEED), canary)
+    chosen = [v for v in every if v.label.startswith(REGRESSIONS)]
+    assert len(chosen) >= len(REGRESSIONS)
+    sweep_checkpoint(chosen, checkpointed, workspace, None, SEED + 7)
+
+
+def test_a_plan_listing_a_task_twice_is_refused_in_one_line(template: Path, workspace: Path, no_ssh: None) -> None:
+    """Found by the slow sweep: `calibrate` said the run's plan 'does not fit' (exit 3) without naming the file."""
+    doc = json.loads((template / "plan.json").read_text())
+    doc["groups"][0]["tasks"] = [doc["groups"][0]["tasks"][0], *doc["groups"][0]["tasks"]]
+    variant = RunVariant("plan.json [a task listed twice]", _write("plan.json", json.dumps(doc).encode()))
+    sweep_run_dir("plan-twice", [variant], template, workspace, None, SEED)

@@ -212,6 +212,12 @@ class Plan(Artifact):
         planned = [t.task for t in self.tasks]
         if sorted(planned) != sorted(set(planned)):
             raise ValueError("a task is planned twice")
+        grouped: dict[str, str] = {}
+        for g in self.groups:  # a task listed twice is found by the cost model only, as infeasible (exit 3)
+            for name in g.tasks:
+                if name in grouped:
+                    raise ValueError(f"task {name} is in groups {grouped[name]} and {g.name}; put it in one group")
+                grouped[name] = g.name
         for task in self.tasks:
             if task.group not in group_names:
                 raise ValueError(f"task {task.task} names unknown group {task.group!r}")

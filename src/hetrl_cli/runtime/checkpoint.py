@@ -366,8 +366,10 @@ def read_json_file(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: unreadable ({type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{path}: not UTF-8 text; the checkpoint is corrupt") from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: unreadable ({exc.strerror or 'an I/O error'})") from None
     problem, body = read_sealed_json(text)
     if problem:
         raise CheckpointError(f"{path}: {problem}; the checkpoint is corrupt")
@@ -397,6 +399,8 @@ def _files(index: dict[str, Any], path: Path) -> dict[str, Any]:
     files = index.get("files")
     if not isinstance(files, dict) or not all(isinstance(n, str) and FILE_NAME.fullmatch(n) for n in files):
         raise CheckpointError(f"{path / INDEX}: names files outside the checkpoint's rank-NNNNN.safetensors")
+    if not all(isinstance(info, dict) for info in files.values()):
+        raise CheckpointError(f"{path / INDEX}: a file without its size and sha256; the checkpoint is corrupt")
     return files
 
 
@@ -409,7 +413,10 @@ class Resumable:
 
 
 def _complete(path: Path) -> bool:
-    return (path / META).is_file() and (path / INDEX).is_file()
+    try:
+        return (path / META).is_file() and (path / INDEX).is_file()
+    except OSError:  # a name too long for the filesystem (a hand-edited `latest`)
+        return False
 
 
 def find_resumable(run: RunDir, flag: str = "--resume") -> Resumable:
