@@ -103,3 +103,18 @@ def test_ranks_that_finished_exit_cleanly_through_exit_process(exit_race) -> Non
     shared 2-core box, through comm.exit_process in 0 of 16 (docs/run.md). Here none of 4 may."""
     summary = exit_race.race(runs=4, exit_how="controlled", inflight=200)
     assert summary["aborted"] == 0 and summary["clean"] == 4, summary["results"]
+
+
+def test_a_killed_rank_is_named_over_the_peer_that_exited_with_an_error() -> None:
+    """A rank whose peer was killed (SIGKILL) fails its collective and exits 1 (through comm.exit_process; before,
+    its exit aborted), in the same second torchrun names the lower rank: the launcher names the killed rank. A
+    peer's SIGTERM is torchrun stopping the rest after a real error, which stands."""
+    from hetrl_cli.runtime.local import torchrun_failure
+
+    from .test_rundir import _torchrun_report
+
+    assert torchrun_failure(_torchrun_report([(1, -9)], (0, 1))) == (1, -9)
+    logged = "E1205 api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 22414) of binary: python\n"
+    assert torchrun_failure(logged + _torchrun_report([(1, -9)], (0, 1))) == (1, -9)  # torchrun's log line first
+    assert torchrun_failure(_torchrun_report([(1, -15)], (0, 1))) == (0, 1)
+    assert torchrun_failure(_torchrun_report([(1, -6), (2, -15)], (0, 1))) == (0, 1)

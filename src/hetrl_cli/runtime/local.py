@@ -129,17 +129,21 @@ _FAILURE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 
 def torchrun_failure(output: str) -> tuple[int, int] | None:
     """(rank, exit code) of the failure that caused the others in torchrun's report: its root cause, unless that
-    is an abort (SIGABRT: what gloo does to a rank whose peer vanished) and another rank was killed by another
-    signal (SIGKILL from outside, the OOM killer). torchrun stamps a signalled rank with the second it noticed it
-    and names the lowest rank among equal stamps, so a peer's abort in the same second hid the cause."""
+    is an abort (SIGABRT: what gloo did at exit to a rank whose peer vanished) and another rank was killed by
+    another signal (SIGKILL from outside, the OOM killer), or an error exit (a rank whose collective failed when
+    its peer vanished; since comm.exit_process it exits 1 instead of aborting) and another rank was killed by a
+    signal other than torchrun's own SIGTERM to the rest. torchrun stamps a signalled rank with the second it
+    noticed it and names the lowest rank among equal stamps, so a peer's exit in the same second hid the cause."""
     root = _ROOT_CAUSE.search(output)
     if root is None:
         return None
     rank, code = int(root.group(1)), int(root.group(2))
-    if code == -signal.SIGABRT:
-        for failure in _FAILURE.finditer(output):
+    if code == -signal.SIGABRT or code > 0:
+        passed = (-signal.SIGABRT,) if code < 0 else (-signal.SIGABRT, -signal.SIGTERM)
+        report = output[output.rfind("Failures:") :]  # not torchrun's log lines ("exitcode: 1) local_rank: 0")
+        for failure in _FAILURE.finditer(report):
             other = int(failure.group(2))
-            if other < 0 and other != -signal.SIGABRT:
+            if other < 0 and other not in passed:
                 return int(failure.group(1)), other
     return rank, code
 
