@@ -17,7 +17,8 @@ bound.py instead of the space's own.
   `ilp.search_space` with the incumbent as cutoff, so a plan it returns is exact under the cost model and
   better than every plan found before; rounds go on while the budget lasts and new columns appear.
 
-- **Branching with exact leaves** (`BRANCH_SHARE` of what the bound leaves, branch.py): groupings whose
+- **Branching with exact leaves** (branch.py; `SMALL_BRANCH_SHARE` of what the bound leaves up to SMALL_POOLS
+  pools, `BRANCH_SHARE` beyond, none past `branch.MAX_POOLS`): groupings whose
   relaxed bound is below the plan, lowest first, get the full ILP's MILP over every whole-host pool a better
   plan could use; each solved leaf's value replaces its relaxed bound, and a leaf's plan below the incumbent
   is returned. Where every grouping reaches the plan, it is optimal over whole-host plans (the space the full
