@@ -1,14 +1,16 @@
-"""Seeded mutation fuzzing of what hetrl reads back from a run directory and of `hetrl profile --links` files;
-the rest of tests/test_bad_inputs_fuzz.py's sweep (its mutations, checks and fixtures are reused here).
+"""Seeded mutation fuzzing of what hetrl reads back from a run directory, and of `--links` and `--ssh-config`
+files: the rest of tests/test_bad_inputs_fuzz.py's sweep (its mutations, checks and fixtures are reused here).
 
 A run directory (plan.json, metrics.jsonl, summary.json, launch.json, checkpoints/latest and a checkpoint's
-sealed meta.json and index.json, rank-N.safetensors) is mutated one file at a time: its JSON at every field,
-its text (truncated, binary, empty, deep nesting, duplicated keys), and as a file (missing, a folder, a link to
-/dev/zero, to a FIFO, outside the directory, dangling). A checkpoint's JSON is sealed (a sha256 of its text), so
-mutations are resealed as a forger would. Each variant goes through the library readers and, for a seeded
-sample, through the real `main()` as `show RUN`, `show RUN --json`, `validate RUN --json`, `calibrate RUN`,
-`export RUN --hf DIR` and `run PLAN --resume RUN`: each must succeed, or refuse in one line naming the run
-directory (exit 2), quickly, writing nothing. The slow set runs more variants and seeds.
+sealed meta.json and index.json, rank-00000.safetensors) is mutated one file at a time: its JSON at every field,
+its text (truncated, binary, empty, deep nesting, duplicated keys), and as a file (missing, a folder, a FIFO, a
+link to /dev/zero, /dev/urandom, /etc/passwd, outside the directory, nowhere). A checkpoint's JSON is sealed (a
+sha256 of its text), so mutations are resealed as a forger would. Each variant goes through the library readers
+(show's, validate's, calibrate's; `run --resume`'s checkpoint check) and, for a seeded sample, through the real
+`main()` as `show RUN`, `show RUN --json`, `validate RUN --json`, `calibrate RUN` and `export RUN --hf DIR`:
+each must succeed (what it wrote loads again) or refuse in one line naming the run directory (exit 2), within
+5 s, leaving nothing behind. `--links` and `--ssh-config` variants go through their loaders, and the refused
+ones through `hetrl profile` before any SSH. The slow set takes every variant and more CLI runs.
 """
 
 from __future__ import annotations
@@ -254,7 +256,7 @@ def check_command(label: str, args: list[str], root: Path, out: Path) -> str | N
         return None
     problem = check_refusal(label, outcome, str(root))
     if problem and args[0] == "calibrate":  # runs of several profiles: named by their run ids, as the fit knows them
-        problem = check_refusal(label, outcome, f"run {root.name} ")
+        problem = check_refusal(label, outcome, f"run {root.name}")
     if problem is None and any(out.iterdir()):
         return f"{label}: refused but left {sorted(p.name for p in out.iterdir())} behind"
     return problem
@@ -732,9 +734,24 @@ def test_checkpoint_variants_the_slow_sweep_found_stay_refused_in_one_line(
     sweep_checkpoint(chosen, checkpointed, workspace, None, SEED + 7)
 
 
-def test_a_plan_listing_a_task_twice_is_refused_in_one_line(template: Path, workspace: Path, no_ssh: None) -> None:
-    """Found by the slow sweep: `calibrate` said the run's plan 'does not fit' (exit 3) without naming the file."""
-    doc = json.loads((template / "plan.json").read_text())
+def _task_twice(doc: dict) -> None:
     doc["groups"][0]["tasks"] = [doc["groups"][0]["tasks"][0], *doc["groups"][0]["tasks"]]
-    variant = RunVariant("plan.json [a task listed twice]", _write("plan.json", json.dumps(doc).encode()))
-    sweep_run_dir("plan-twice", [variant], template, workspace, None, SEED)
+
+
+def _unknown_arch(doc: dict) -> None:
+    doc["workload"]["actor"]["arch"] = "x; touch pwned"
+
+
+@pytest.mark.parametrize("edit", [_task_twice, _unknown_arch], ids=["a task listed twice", "an unknown actor arch"])
+def test_run_plans_the_slow_sweep_found_are_refused_in_one_line(
+    edit: Callable[[dict], None],
+    template: Path,
+    workspace: Path,
+    no_ssh: None,
+) -> None:
+    """Found by the slow sweep: `calibrate` said the run's plan 'does not fit' (exit 3), or that its model is
+    unknown, without naming the run."""
+    doc = json.loads((template / "plan.json").read_text())
+    edit(doc)
+    variant = RunVariant(f"plan.json [{edit.__name__}]", _write("plan.json", json.dumps(doc).encode()))
+    sweep_run_dir(f"plan{edit.__name__}", [variant], template, workspace, None, SEED)

@@ -83,7 +83,10 @@ def _observations(runs: list[Run], profile: ClusterProfile, warmup: int):
     out = []
     for run_id, plan, metrics, engine in map(_unpack, runs):
         measured = measured_seconds(steady(metrics, warmup)[0])
-        model = CostModel(profile, plan.workload, engine=engine)
+        try:
+            model = CostModel(profile, plan.workload, engine=engine)
+        except BadInput as exc:  # the run's plan.json names a model the cost model does not know
+            raise BadInput(f"run {run_id}: plan.json: {exc}") from None
         groups, placements = placement_from_plan(plan)
         estimate = model.evaluate(groups, placements)
         for task, est in estimate.tasks.items():
