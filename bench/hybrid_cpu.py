@@ -5,6 +5,8 @@ trees side by side.
     .venv/bin/python bench/hybrid_cpu.py --trees /tmp/head/src src --repeats 3 --evals 256 --taskset 0
     .venv/bin/python bench/hybrid_cpu.py --only u12 --profile               # cProfile of one case (top 25)
     .venv/bin/python bench/hybrid_cpu.py --budget 2                         # wall-clock 2 s, not --max-evals
+    .venv/bin/python bench/hybrid_cpu.py --trees OLD/src src --budget 2 --loads 1 4 8 --repeats 3 \
+        --optima OPTIMA.json --only u04 u12 ...                             # 2 s under N busy loops each
 
 Cases: the 9 settings of bench/uneven_suite.py where the ILP proves optimality (bench/hybrid_uneven.py's; with
 `--optima FILE` their ILP optima under the first tree's cost model, worked out once into FILE, and each plan's
@@ -14,13 +16,17 @@ trees alternate run by run) and `make_plan(solver="hybrid", seed=0)` under `--ma
 plan on any machine and load) or a wall-clock `--budget`. Per run, in process CPU seconds from make_plan's start:
 `first_1pc` (the first plan scored within 1 % of the run's final plan), `final` (the first time the final plan's
 value was scored), `total` (make_plan whole), the plan's seconds per iteration and evaluations. Medians over
-the repeats; the plans of the trees side by side (same, better, worse).
+the repeats; the plans of the trees side by side (same, better, worse). `--loads N ...`: the whole run at each
+load in turn, N busy loops (`nice -n 10`, as the runs themselves) beside it; per run also `first`, the CPU to its
+first plan (a baseline's, as a rule), and `to_opt`, to its first plan within 1 % of the ILP optimum (with
+`--optima`; the total where it found none).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -83,7 +89,15 @@ def one(case: str, evals: int | None, budget_s: float, profile_top: int = 0) -> 
         plan = prof.runcall(make_plan, profile, workload, solver="hybrid", budget_s=budget_s, max_evals=evals, seed=0)
         pstats.Stats(prof).sort_stats("cumulative").print_stats(profile_top)
     else:
-        plan = make_plan(profile, workload, solver="hybrid", budget_s=budget_s, max_evals=evals, seed=0)
+        from hetrl_cli.errors import Infeasible
+
+        try:
+            plan = make_plan(profile, workload, solver="hybrid", budget_s=budget_s, max_evals=evals, seed=0)
+        except Infeasible as exc:  # a run that found no plan in its time (a loaded box): inf s/it, ratio 0
+            total = time.process_time() - cpu
+            return {"case": case, "iteration_s": math.inf, "evaluations": 0, "final": total, "first_1pc": total,
+                    "total": total, "wall": time.monotonic() - wall, "load": os.getloadavg()[0],
+                    "timeline": [(round(t, 3), s, n) for t, s, n in timeline], "error": str(exc)}  # fmt: skip
     total = time.process_time() - cpu
     final = plan.cost.iteration_s
     reached = [t for t, s, _ in timeline if s <= final * (1 + 1e-9)]
@@ -123,14 +137,16 @@ def ilp_optima(path: Path, tree: str, names: list[str]) -> dict[str, float]:
 
 
 def spawn(tree: str, case: str, args) -> dict:
-    cmd = [sys.executable, __file__, "--worker", case, "--budget", str(args.budget)]
+    cmd = ["nice", "-n", "10", sys.executable, __file__, "--worker", case, "--budget", str(args.budget)]
     if args.evals:
         cmd += ["--evals", str(args.evals)]
     if args.taskset is not None:
         cmd = ["taskset", "-c", str(args.taskset), *cmd]
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{case} on {tree} failed: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -146,6 +162,7 @@ def main() -> None:
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ilp-worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help="write the runs and medians as JSON here")
+    parser.add_argument("--loads", type=int, nargs="*", default=None, help="busy loops beside the runs, in turn")
     args = parser.parse_args()
     if args.ilp_worker:
         print(json.dumps(ilp_optimum(args.ilp_worker)))
@@ -157,8 +174,25 @@ def main() -> None:
     if args.profile:
         print(json.dumps(one(names[0], args.evals, args.budget, profile_top=25)))
         return
-    runs: dict[str, dict[str, list[dict]]] = {}
     optima = ilp_optima(Path(args.optima), args.trees[0], names) if args.optima else {}
+    if args.loads is None:
+        compare(names, optima, args, args.out)
+        return
+    for n in args.loads:
+        loops = [subprocess.Popen(["nice", "-n", "10", sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+        try:
+            time.sleep(5)  # the load average follows
+            print(f"== {n} busy loops", flush=True)
+            compare(names, optima, args, args.out and args.out.replace(".json", f"_load{n}.json"))
+        finally:
+            for loop in loops:
+                loop.kill()
+                loop.wait()
+
+
+def compare(names: list[str], optima: dict[str, float], args, out: str | None) -> None:
+    """Every case on every tree (alternating), its medians printed per line and every run written to `out`."""
+    runs: dict[str, dict[str, list[dict]]] = {}
     for case in names:
         for _ in range(args.repeats):
             for tree in args.trees:  # alternating, so the load falls on both alike
@@ -169,15 +203,22 @@ def main() -> None:
             if case in optima:
                 for r in got:
                     r["ratio"] = optima[case] / r["iteration_s"]
-            med = {k: statistics.median(r[k] for r in got) for k in ("first_1pc", "final", "total", "load")}
+                    near = [t for t, s, _ in r["timeline"] if optima[case] / s >= 0.99]
+                    r["to_opt"] = near[0] if near else r["total"]
+            for r in got:
+                r["first"] = r["timeline"][0][0] if r["timeline"] else r["total"]
+            keys = ("first", "first_1pc", "final", "total", "load") + (("to_opt",) if case in optima else ())
+            med = {k: statistics.median(r[k] for r in got) for k in keys}
             plans = sorted({round(r["iteration_s"], 9) for r in got})
             ratios = " ratio " + "/".join(f"{r['ratio']:.3f}" for r in got) if case in optima else ""
+            opt = f"to opt: {med['to_opt']:.2f} " if "to_opt" in med else ""
             cells.append(f"{plans} s/it{ratios} evals {'/'.join(str(r['evaluations']) for r in got)} "
-                         f"1%: {med['first_1pc']:.2f} final: {med['final']:.2f} total: {med['total']:.2f} "
+                         f"first: {med['first']:.2f} 1%: {med['first_1pc']:.2f} final: {med['final']:.2f} "
+                         f"total: {med['total']:.2f} {opt}"
                          f"load {med['load']:.1f}")  # fmt: skip
         print(case, " || ".join(cells), flush=True)
-        if args.out:
-            Path(args.out).write_text(json.dumps(runs, indent=1) + "\n")
+        if out:
+            Path(out).write_text(json.dumps(runs, indent=1) + "\n")
 
 
 if __name__ == "__main__":
