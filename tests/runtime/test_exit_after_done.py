@@ -1,5 +1,5 @@
-"""A worker that dies at exit after every rank finished (gloo's teardown abort: a rank still closing its groups
-when its peer has exited gets SIGABRT) must not turn a completed run into a failed one: the full suite saw
+"""A worker that dies at exit after every rank finished (gloo's teardown abort, SIGABRT) must not turn a
+completed run into a failed one: the full suite saw
 test_multihost's uneven run write both steps and every rank's `done` marker, then fail on rank 2's SIGABRT. The
 abort's cause (Python's teardown ending a gloo thread that frees a tensor) is removed by comm.exit_process, which
 the worker ends with; finished_everywhere stays as a second guard."""
