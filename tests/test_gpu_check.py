@@ -7,11 +7,12 @@ import importlib.util
 import json
 import math
 import shutil
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from benchload import load_bench
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "tests" / "calibration" / "data" / "localhost-2cpu.json"
@@ -22,11 +23,7 @@ MEASURED = ("generation_hf", "inference", "training")
 
 def load_script() -> ModuleType:
     """bench/ is not a package: load the script as a module (registered first: its dataclasses look it up)."""
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
-    assert spec is not None and spec.loader is not None
-    module = sys.modules.setdefault("gpu_check", importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("gpu_check")
 
 
 def assert_measured_and_predicted(result: dict) -> None:

@@ -3,26 +3,22 @@ so only its numbers wait for a GPU (issues 21 and 23)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from benchload import load_bench
 
 REPO = Path(__file__).resolve().parent.parent
 PARTS = ("model", "profile", "plan", "run", "engine")
 
 
 def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_run", REPO / "bench" / "gpu_run.py")
-    assert spec is not None and spec.loader is not None
-    module = sys.modules.setdefault("gpu_run", importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("gpu_run")
 
 
 def test_the_model_is_qwen3_1_7b() -> None:

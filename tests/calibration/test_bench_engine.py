@@ -4,22 +4,15 @@ with the hf engine's decode host work, not a vLLM-like engine's."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
+from benchload import load_bench
 from hetrl_cli.planner import build
 
 from .test_engine_priced import hf_run
 from .test_validate_fit import TRUE, plans, profile  # noqa: F401 (fixtures)
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench(name)
 
 
 def _recording(monkeypatch, module) -> tuple[list, list]:

@@ -5,14 +5,12 @@ model, which it does not; the other candidates are small or model-independent.""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from benchload import bench_module
+
 THREE_B = "databasemart/qwen2.5-3b/rtx4090/offline"
 PRICED = ("databasemart/r1-distill-llama-8b/rtx4090/offline", "databasemart/r1-distill-qwen-7b/rtx4090/offline",
           THREE_B)  # fmt: skip
@@ -20,13 +18,8 @@ PRICED = ("databasemart/r1-distill-llama-8b/rtx4090/offline", "databasemart/r1-d
 
 @pytest.fixture(scope="module")
 def diag():
-    sys.path.insert(0, str(REPO / "bench"))
-    spec = importlib.util.spec_from_file_location("dbm_diagnosis", REPO / "bench" / "dbm_diagnosis.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    sys.path.remove(str(REPO / "bench"))
+    with bench_module("dbm_diagnosis") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

@@ -62,12 +62,8 @@ def test_hf_on_a_gpu_cannot_step_faster_than_it_dispatches() -> None:
 
 
 def test_the_bench_fits_a_line_over_layers() -> None:
-    import importlib.util
-    from pathlib import Path
+    from benchload import bench_module
 
-    path = Path(__file__).resolve().parents[2] / "bench" / "hf_step_overhead.py"
-    spec = importlib.util.spec_from_file_location("hf_step_overhead", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench.fit_line([1, 2, 4, 8], [0.6 + 0.35 * n for n in (1, 2, 4, 8)]) == pytest.approx((0.6, 0.35))
+    with bench_module("hf_step_overhead") as bench:
+        fitted = bench.fit_line([1, 2, 4, 8], [0.6 + 0.35 * n for n in (1, 2, 4, 8)])
+    assert fitted == pytest.approx((0.6, 0.35))

@@ -5,25 +5,18 @@ step as the cost model does."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from benchload import bench_module
 
 
 @pytest.fixture(scope="module")
 def diag():
-    sys.path.insert(0, str(REPO / "bench"))
-    spec = importlib.util.spec_from_file_location("nemo_rl_generation", REPO / "bench" / "nemo_rl_generation.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    sys.path.remove(str(REPO / "bench"))
+    with bench_module("nemo_rl_generation") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

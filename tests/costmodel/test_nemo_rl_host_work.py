@@ -5,30 +5,18 @@ that runs without vLLM (NeMo-RL's log-prob copy) measures what it says."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchload import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(REPO / "bench"))
-    host, gen = _load("nemo_rl_host_work"), _load("nemo_rl_generation")
-    yield host, gen
-    sys.path.remove(str(REPO / "bench"))
+    with bench_module("nemo_rl_host_work") as host, bench_module("nemo_rl_generation") as gen:
+        yield host, gen
 
 
 def test_measured_rollouts_are_the_priced_lengths(bench):

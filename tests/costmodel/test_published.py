@@ -4,29 +4,20 @@ them with the cost model, and its fit of constants is analysis only (constants.p
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import re
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
+from benchload import bench_module
 from hetrl_cli.costmodel import constants as C
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def published():
-    spec = importlib.util.spec_from_file_location("published", REPO / "bench" / "published.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["published"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("published", None)
+    with bench_module("published") as module:
+        yield module
 
 
 def test_figures_have_citation_setting_and_split(published):

@@ -4,28 +4,20 @@ catalog GPUs mapped to the generation whose fractions they take."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
+from benchload import bench_module
 from hetrl_cli.costmodel import constants as C
 from hetrl_cli.costmodel.devices import Cluster, gpu_generation
 from hetrl_cli.profiling.catalog import profile_from_cluster
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def published():
-    spec = importlib.util.spec_from_file_location("published", REPO / "bench" / "published.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["published"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("published", None)
+    with bench_module("published") as module:
+        yield module
 
 
 def catalog(gpu: str):

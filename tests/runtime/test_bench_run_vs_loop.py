@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,21 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from benchload import bench_module
+
 REPO = Path(__file__).resolve().parents[2]
 TRL_PYTHON = REPO / ".venv-bench" / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(REPO / "bench"))  # run_vs_loop imports run_overhead beside it
-    try:
-        spec = importlib.util.spec_from_file_location("run_vs_loop", REPO / "bench" / "run_vs_loop.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with bench_module("run_vs_loop") as module:  # it imports run_overhead beside it
         yield module
-    finally:
-        sys.path.remove(str(REPO / "bench"))
 
 
 def test_the_bench_model_and_plan(bench, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@ and one real run over an emulated 1 Gbit/s, 40 ms RTT link measured against the 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -16,20 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from benchload import bench_module
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("sync_links", REPO / "bench" / "sync_links.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sync_links"] = module  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with bench_module("sync_links") as module:
         yield module
-    finally:
-        del sys.modules["sync_links"]
 
 
 def test_predicted_sync_is_latency_plus_bytes_over_rate_plus_tensors(bench) -> None:

@@ -6,20 +6,18 @@ the worker ends with; finished_everywhere stays as a second guard."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from benchload import bench_module
 from hetrl_cli.errors import HetrlError
 from hetrl_cli.runtime.api import RunOptions, _launch_and_summarize, finished_everywhere
 from hetrl_cli.runtime.rundir import LaunchManifest, RunDir
 
 from .plans import D0, D1, GRPO_TASKS, hand_plan, on, tiny_workload
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _run_dir(tmp_path: Path, world: int) -> RunDir:
@@ -86,15 +84,8 @@ print("never")
 
 @pytest.fixture(scope="module")
 def exit_race():
-    spec = importlib.util.spec_from_file_location("gloo_exit_race", REPO / "bench" / "gloo_exit_race.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gloo_exit_race"] = module  # its dataclass looks its module up there
-    try:
-        spec.loader.exec_module(module)
+    with bench_module("gloo_exit_race") as module:
         yield module
-    finally:
-        del sys.modules["gloo_exit_race"]
 
 
 @pytest.mark.slow
