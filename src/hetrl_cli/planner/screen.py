@@ -452,15 +452,22 @@ class Screen:
                 break
             if rows in skip.get(gi, ()):  # scored by `_quick_plans`
                 continue
-            grouping = self.groupings[gi]
-            for subset, row in zip(grouping, rows, strict=True):
-                if (subset, row) not in self.exact:
-                    self.make_exact(subset, row)
-            cand = self.search.evaluate(grouping, self.genome(rows), self.budget)
-            scored.setdefault(gi, []).append(cand)
-            skip.setdefault(gi, set()).add(rows)
-            best = min(best, cand.score)
+            best = min(best, self._score_rows(gi, rows, scored, skip).score)
         return best
+
+    def _score_rows(
+        self, gi: int, rows: tuple[Row, ...], scored: dict[int, list[Candidate]], skip: dict[int, set[tuple[Row, ...]]]
+    ) -> Candidate:
+        """Grouping gi's whole-class plan of these rows, its entries made exact, scored by the search and recorded
+        (in `scored`, and in `skip` so that no later pass scores it again)."""
+        grouping = self.groupings[gi]
+        for subset, row in zip(grouping, rows, strict=True):
+            if (subset, row) not in self.exact:
+                self.make_exact(subset, row)
+        cand = self.search.evaluate(grouping, self.genome(rows), self.budget)
+        scored.setdefault(gi, []).append(cand)
+        skip.setdefault(gi, set()).add(rows)
+        return cand
 
     def _quick_plans(self, scored: dict[int, list[Candidate]], skip: dict[int, set[tuple[Row, ...]]]) -> list:
         """Under seconds alone, before the union tables: each task alone on each whole class (k device sets of
@@ -500,14 +507,7 @@ class Screen:
             for _, gi, rows in sorted(found)[:QUICK_PLANS]:
                 if self.budget.spent():
                     break
-                grouping = self.groupings[gi]
-                for subset, row in zip(grouping, rows, strict=True):
-                    if (subset, row) not in self.exact:
-                        self.make_exact(subset, row)
-                cand = self.search.evaluate(grouping, self.genome(rows), self.budget)
-                scored.setdefault(gi, []).append(cand)
-                skip.setdefault(gi, set()).add(rows)
-                if cand.options is not None:
+                if self._score_rows(gi, rows, scored, skip).options is not None:
                     break
         finally:
             self.fastest = real
