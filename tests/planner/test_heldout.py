@@ -226,6 +226,40 @@ def test_a_task_that_fits_on_four_of_five_gpus_is_not_called_infeasible(solver):
     assert len(h100) == 4, plan.groups
 
 
+def test_the_ilp_claims_no_optimum_for_a_plan_outside_its_pools():
+    """On u20 the only plans use 4 of the 5-GPU H100 host (the baselines' power-of-two share), which no pool of
+    the ILP's space holds (a 5-GPU sub-host has no halving chain). The ILP found nothing better in its space and
+    returned the incumbent as `optimal` with gap 0 and its own time as the bound: a certificate over a space the
+    plan is not in. Now `feasible`, no bound, and the note says why."""
+    profile, workload = setting(S3_U20, S3_U20_WORKLOAD)
+    plan = make_plan(profile, workload, solver="ilp", budget_s=30, max_evals=32, seed=0)
+    h100 = [d for g in plan.groups for d in g.devices if "h100" in d]
+    assert 0 < len(h100) < 5
+    assert plan.solver.status == "feasible"
+    assert plan.solver.bound is None and plan.solver.gap is None
+    assert "not a pool" in plan.solver.note
+
+
+def test_in_pools_holds_whole_hosts_and_one_halving_part_per_class():
+    """The device sets the ILP's space holds: whole sub-hosts plus at most one part of the halving chain per
+    class (DeviceClass.parts); 4 of 5, two parts of one class, or a device outside every class are not."""
+    from hetrl_cli.planner.space import DeviceClass, in_pools
+
+    eight = DeviceClass(
+        0, "H100", 80, 8, ("a", "b"), (tuple(f"a{i}" for i in range(8)), tuple(f"b{i}" for i in range(8))), "r0", 1.0
+    )
+    five = DeviceClass(1, "H100", 80, 5, ("c",), (tuple(f"c{i}" for i in range(5)),), "r0", 1.0)
+    classes = [eight, five]
+    whole = [*eight.devices[0], *five.devices[0]]
+    assert in_pools(classes, "fine", [whole, eight.devices[1][:4]])
+    assert in_pools(classes, "half", [eight.devices[1][:4]])
+    assert not in_pools(classes, "host", [eight.devices[1][:4]])  # host granularity: no parts
+    assert not in_pools(classes, "fine", [eight.devices[1][:3]])  # 3 is not on the chain 4, 2, 1
+    assert not in_pools(classes, "fine", [[*eight.devices[0][:4], *eight.devices[1][:4]]])  # two parts, one class
+    assert not in_pools(classes, "fine", [five.devices[0][:4]])  # 4 of 5: no chain below an odd host
+    assert not in_pools(classes, "fine", [["z0"]])
+
+
 S4_U27 = cluster(
     "u27",
     [("V100", 2, 2, "r2"), ("T4", 5, 1, "r0"), ("RTX 4090", 1, 1, "r2"), ("L4", 2, 1, "r2"), ("H100 SXM", 3, 2, "r2"),

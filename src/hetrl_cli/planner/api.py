@@ -189,6 +189,7 @@ def run_ilp(tables, budget: Budget, seed: int, bases, report, leaves: LeafOption
     from hetrl_cli.planner.ilp import realise
     from hetrl_cli.planner.ilp_pyomo import LeafOptions
     from hetrl_cli.planner.lazy import solve_exact
+    from hetrl_cli.planner.space import in_pools
 
     leaves = leaves or LeafOptions()
     first = start[0] if start else _incumbent(tables, budget.first(ILP_HYBRID_SHARE), seed, bases, report)
@@ -200,7 +201,9 @@ def run_ilp(tables, budget: Budget, seed: int, bases, report, leaves: LeafOption
     note += leaves.finish(tables, space)
     proven = first is not None and result.status in ("optimal", "feasible")
     if proven and (result.options is None or result.objective > known * (1 + 1e-9)):  # a MIP gap above it
-        return _incumbent_outcome(first, result, note)
+        granularity = space.granularity if space is not None else "host"  # the lazy ILP's: whole hosts
+        inside = in_pools(tables.classes, granularity, [g.devices for g in first.groups])
+        return _incumbent_outcome(first, result, note, inside)
     if result.options is None and result.status == "infeasible" and space is not None and space.complete:
         from hetrl_cli.planner.proven import explain_proven
 
@@ -241,21 +244,27 @@ def _incumbent(tables, budget: Budget, seed: int, bases, report) -> Outcome | No
     return _not_worse_than(outcome, bases, tables)
 
 
-def _incumbent_outcome(first: Outcome, result, note: str) -> Outcome:
+def _incumbent_outcome(first: Outcome, result, note: str, inside: bool = True) -> Outcome:
     """The incumbent returned by the ILP: nothing in its space beats it (status optimal where that is proven,
-    with the ILP's bound and gap)."""
+    with the ILP's bound and gap). An incumbent whose device sets are not pools of the ILP's space (`inside`
+    False: part of an uneven host, as a baseline may take) gets no bound: the space's optimum bounds no plan
+    outside it, so `feasible` and the note says why."""
     objective = first.stats.objective
-    bound = None if result.bound is None else min(result.bound, objective)
+    bound = None if result.bound is None or not inside else min(result.bound, objective)
     gap = None if bound is None or not objective else max(0.0, (objective - bound) / objective)
+    status = result.status if inside else "feasible"
+    why = "started from the hybrid's plan (or a baseline's): the ILP found none better"
+    if not inside:
+        why += " in its space, which does not hold this plan's devices (part of a host: not a pool), so no bound"
     stats = SolverStats(
         solver="ilp",
-        status=result.status,
+        status=status,
         objective=objective,
         bound=bound,
-        gap=0.0 if result.status == "optimal" else gap,
+        gap=0.0 if status == "optimal" else gap,
         seconds=result.seconds,
         evaluations=first.stats.evaluations,
-        note=f"{note}; started from the hybrid's plan (or a baseline's): the ILP found none better",
+        note=f"{note}; {why}",
     )
     return Outcome(first.groups, first.placements, stats)
 

@@ -18,6 +18,7 @@ Level L1 (task grouping) is `groupings()`.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -210,6 +211,23 @@ def count_pools(classes: Sequence[DeviceClass], granularity: Granularity) -> int
     for c in classes:
         total *= c.n_hosts + 1 + c.n_hosts * len(c.parts(granularity))
     return total - 1
+
+
+def in_pools(classes: Sequence[DeviceClass], granularity: Granularity, device_sets: Sequence[Sequence[str]]) -> bool:
+    """Whether every device set is a pool of the granularity: per class whole sub-hosts plus at most one part
+    of the halving chain (`DeviceClass.parts`). The exact solver proves nothing about a plan outside them
+    (e.g. 4 GPUs of a 5-GPU host, the share a baseline may take), so it must not call such a plan optimal."""
+    host_of = {d: (k, h) for k, c in enumerate(classes) for h, devs in enumerate(c.devices) for d in devs}
+    for devices in device_sets:
+        if any(d not in host_of for d in devices):
+            return False
+        on_host = Counter(host_of[d] for d in devices)
+        partial = Counter(k for (k, _), n in on_host.items() if n != classes[k].per_host)
+        if any(n > 1 for n in partial.values()):
+            return False
+        if any(n != classes[k].per_host and n not in classes[k].parts(granularity) for (k, _), n in on_host.items()):
+            return False
+    return True
 
 
 def allocate(classes: Sequence[DeviceClass], pools: Sequence[Pool]) -> list[tuple[str, ...]]:
