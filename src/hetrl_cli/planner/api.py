@@ -37,6 +37,9 @@ ILP_HYBRID_EVALS = 256
 seconds is not made to wait for the share."""
 FALLBACK_MIN_S = 1.0
 """The hybrid fallback of an ILP that gave no plan gets at least this long, even past the budget."""
+OUTSIDE_BOUND_S = 2.0
+"""Seconds of the budget's rest the device-count relaxation may take to bound an incumbent outside the ILP's
+pools (`_relaxed_bound`; its cheap bounds come first, so a spent budget still gives one)."""
 
 
 @dataclass
@@ -203,7 +206,7 @@ def run_ilp(tables, budget: Budget, seed: int, bases, report, leaves: LeafOption
     if proven and (result.options is None or result.objective > known * (1 + 1e-9)):  # a MIP gap above it
         granularity = space.granularity if space is not None else "host"  # the lazy ILP's: whole hosts
         inside = in_pools(tables.classes, granularity, [g.devices for g in first.groups])
-        return _incumbent_outcome(first, result, note, inside)
+        return _incumbent_outcome(first, result, note, None if inside else _relaxed_bound(tables, budget, known))
     if result.options is None and result.status == "infeasible" and space is not None and space.complete:
         from hetrl_cli.planner.proven import explain_proven
 
@@ -244,18 +247,33 @@ def _incumbent(tables, budget: Budget, seed: int, bases, report) -> Outcome | No
     return _not_worse_than(outcome, bases, tables)
 
 
-def _incumbent_outcome(first: Outcome, result, note: str, inside: bool = True) -> Outcome:
+def _relaxed_bound(tables, budget: Budget, incumbent: float) -> float:
+    """A lower bound over every device set, not only the ILP's pools: the device-count relaxation of
+    bound.space_bound (any split of a class between groups), within OUTSIDE_BOUND_S of what the budget leaves
+    (valid whenever it stops: cheap bounds first)."""
+    from hetrl_cli.planner.bound import space_bound
+
+    deadline = time.monotonic() + max(0.0, min(OUTSIDE_BOUND_S, budget.remaining_s()))
+    return space_bound(tables, deadline, incumbent).bound
+
+
+def _incumbent_outcome(first: Outcome, result, note: str, outside_bound: float | None = None) -> Outcome:
     """The incumbent returned by the ILP: nothing in its space beats it (status optimal where that is proven,
-    with the ILP's bound and gap). An incumbent whose device sets are not pools of the ILP's space (`inside`
-    False: part of an uneven host, as a baseline may take) gets no bound: the space's optimum bounds no plan
-    outside it, so `feasible` and the note says why."""
+    with the ILP's bound and gap). An incumbent whose device sets are not pools of the ILP's space (part of an
+    uneven host, as a baseline may take; a host the hybrid split while the ILP takes whole hosts) is not bounded
+    by the space's optimum: its bound is `outside_bound` (`_relaxed_bound`), optimal only where that reaches it."""
     objective = first.stats.objective
-    bound = None if result.bound is None or not inside else min(result.bound, objective)
-    gap = None if bound is None or not objective else max(0.0, (objective - bound) / objective)
-    status = result.status if inside else "feasible"
+    bound = None if result.bound is None else min(result.bound, objective)
+    status = result.status
     why = "started from the hybrid's plan (or a baseline's): the ILP found none better"
-    if not inside:
-        why += " in its space, which does not hold this plan's devices (part of a host: not a pool), so no bound"
+    if outside_bound is not None:
+        bound = min(outside_bound, objective)
+        status = "optimal" if bound >= objective * (1 - 1e-4) else "feasible"  # lazy.OPTIMAL_GAP
+        why += (
+            " in its space, which does not hold this plan's devices (part of a host: not a pool); bound: the"
+            " device-count relaxation's"
+        )
+    gap = None if bound is None or not objective else max(0.0, (objective - bound) / objective)
     stats = SolverStats(
         solver="ilp",
         status=status,
